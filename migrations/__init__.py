@@ -1,0 +1,1 @@
+"""Alembic environment and versions: the only way the schema changes."""

@@ -1,0 +1,63 @@
+"""FastAPI app factory. Routes stay thin; errors are translated to problem bodies here, once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from rag_service import __version__
+from rag_service.api import health
+from rag_service.config import Settings, get_settings
+from rag_service.errors import RagServiceError
+from rag_service.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+def problem(status: int, title: str, detail: object) -> JSONResponse:
+    """An RFC 9457 problem body."""
+    return JSONResponse({"title": title, "status": status, "detail": detail}, status_code=status,
+                        media_type="application/problem+json")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runtime = await asyncio.to_thread(Runtime.open, settings)
+        app.state.runtime = runtime
+        # The model loads in the background: /healthz answers at once, /readyz says "loading".
+        warm_up = asyncio.create_task(runtime.warm_up_embedder())
+        try:
+            yield
+        finally:
+            warm_up.cancel()
+            await runtime.close()
+
+    app = FastAPI(
+        title="rag-service",
+        version=__version__,
+        summary="Ingest documents; answer questions about them with cited, graded answers.",
+        lifespan=lifespan,
+    )
+    app.include_router(health.router)
+
+    @app.exception_handler(RagServiceError)
+    async def _service_error(_: Request, exc: RagServiceError) -> JSONResponse:
+        return problem(exc.status_code, exc.title, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"field": ".".join(str(p) for p in err["loc"]), "message": err["msg"]} for err in exc.errors()
+        ]
+        return problem(422, "invalid input", errors)
+
+    return app

@@ -1,0 +1,163 @@
+"""The ``ragsvc`` command. Every command that reports something takes ``--json`` and then prints
+exactly one JSON object on stdout; human-readable output and logs go to stderr or the terminal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rag_service.config import Settings, get_settings, hide_password
+from rag_service.errors import RagServiceError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+app = typer.Typer(
+    name="ragsvc",
+    help="rag-service: ingest documents and answer questions about them with cited answers.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+db_app = typer.Typer(help="Database schema migrations.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+stderr = Console(stderr=True)
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")]
+
+
+def _settings() -> Settings:
+    settings = get_settings()
+    logging.basicConfig(
+        level=settings.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if settings.log_level != "DEBUG":
+        # Both narrate every step at INFO; their warnings and errors still show.
+        for chatty in ("pgserver", "alembic"):
+            logging.getLogger(chatty).setLevel(logging.WARNING)
+    return settings
+
+
+def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Translate service errors into a one-line message and the error's exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except RagServiceError as exc:
+            stderr.print(f"[bold red]error[/]: {exc}", highlight=False)
+            raise typer.Exit(exc.exit_code) from None
+
+    return wrapper
+
+
+def emit_json(payload: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(payload, default=str) + "\n")
+
+
+@app.command()
+@handle_errors
+def serve(
+    host: Annotated[str | None, typer.Option(help="Interface to bind (default: RAGSVC_HOST, 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default: RAGSVC_PORT, 8000).", min=1, max=65535)] = None,
+) -> None:
+    """Run the HTTP API (OpenAPI docs at /docs). With no RAGSVC_DATABASE_URL it starts the
+    embedded PostgreSQL, or shares the one another ragsvc process already runs on the data dir."""
+    import uvicorn
+
+    from rag_service.api import create_app
+
+    settings = _settings()
+    uvicorn.run(
+        create_app(settings), host=host or settings.host, port=port or settings.port,
+        log_level=settings.log_level.lower(), lifespan="on",
+    )
+
+
+@app.command()
+@handle_errors
+def status(as_json: JsonFlag = False) -> None:
+    """Show the database (URL without password, PostgreSQL and pgvector versions, schema
+    revision), the embedding model and the stored counts."""
+    from rag_service.runtime import Runtime
+
+    settings = _settings()
+
+    async def collect() -> dict[str, Any]:
+        runtime = await asyncio.to_thread(Runtime.open, settings)
+        try:
+            return await runtime.status()
+        finally:
+            await runtime.close()
+
+    info = asyncio.run(collect())
+    if as_json:
+        emit_json(info)
+        return
+    table = Table(show_header=False, box=None)
+    for section in ("database", "embedding", "counts"):
+        for key, value in (info.get(section) or {}).items():
+            table.add_row(f"{section}.{key}", str(value))
+    Console().print(table)
+
+
+def _migration(action: str, revision: str, as_json: bool) -> None:
+    from sqlalchemy import create_engine
+
+    from rag_service.db import migrate
+
+    settings = _settings()
+    if settings.database_url:
+        url = settings.database_url
+    else:
+        # database_url() would upgrade the embedded database on its own; start it without that.
+        from rag_service.db.embedded import DATABASE_NAME, start_embedded
+
+        url = start_embedded(settings.data_dir).url_for(DATABASE_NAME)
+    (migrate.upgrade if action == "upgrade" else migrate.downgrade)(url, settings, revision)
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            current = migrate.current_revision(conn)
+    finally:
+        engine.dispose()
+    if as_json:
+        emit_json({"action": action, "revision": current, "head": migrate.head_revision(),
+                   "database": hide_password(url)})
+    else:
+        stderr.print(f"{action}: database is now at revision {current or 'none (empty)'}")
+
+
+@db_app.command("upgrade")
+@handle_errors
+def db_upgrade(
+    revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
+    as_json: JsonFlag = False,
+) -> None:
+    """Apply migrations up to REVISION (default: the newest)."""
+    _migration("upgrade", revision, as_json)
+
+
+@db_app.command("downgrade")
+@handle_errors
+def db_downgrade(
+    revision: Annotated[str, typer.Argument(help="Target revision: -1 for one step, base for empty.")] = "-1",
+    as_json: JsonFlag = False,
+) -> None:
+    """Revert migrations down to REVISION (default: one step)."""
+    _migration("downgrade", revision, as_json)
+
+
+if __name__ == "__main__":
+    app()

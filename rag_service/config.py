@@ -1,0 +1,140 @@
+"""The one Settings object. Nothing else in the service reads the environment.
+
+Every knob is an environment variable with the prefix ``RAGSVC_`` (or a line in ``.env``).
+A bad value fails at start-up with a :class:`~rag_service.errors.ConfigError` that names the
+variable, instead of surfacing later as a confusing stack trace.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from rag_service.errors import ConfigError
+
+ENV_PREFIX = "RAGSVC_"
+
+# Only plain identifiers: the value is interpolated into DDL (a regconfig name), never user input.
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        validate_default=True,
+    )
+
+    environment: Literal["development", "production"] = "development"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+
+    # --- storage -------------------------------------------------------------------------
+    database_url: str | None = Field(
+        default=None,
+        description="PostgreSQL with pgvector. Unset: an embedded PostgreSQL under data_dir.",
+    )
+    data_dir: Path = Field(default=Path(".ragsvc"), description="Embedded database and local state.")
+    db_pool_size: int = Field(default=5, ge=1, le=100)
+    db_max_overflow: int = Field(default=10, ge=0, le=200)
+    db_statement_timeout_ms: int = Field(default=30_000, ge=100)
+    text_search_config: str = Field(default="english", description="PostgreSQL text search configuration.")
+    hnsw_m: int = Field(default=16, ge=2, le=100)
+    hnsw_ef_construction: int = Field(default=64, ge=4, le=1000)
+    hnsw_ef_search: int = Field(default=40, ge=1, le=1000)
+    pattern_timeout_ms: int = Field(default=2_000, ge=10, description="Bound on one pattern search.")
+
+    # --- embeddings ------------------------------------------------------------------------
+    embedding_provider: Literal["local", "openai"] = "local"
+    embedding_model: str = "all-MiniLM-L6-v2"
+    embedding_dimension: int = Field(default=384, ge=1, le=16_000)
+    embedding_batch_size: int = Field(default=64, ge=1, le=4096)
+    embedding_max_seq_length: int = Field(default=256, ge=8, le=8192)
+    embedding_base_url: str | None = None
+    embedding_api_key: SecretStr | None = None
+
+    # --- LLM (used by the generator and evaluator once they exist) --------------------------
+    llm_base_url: str | None = None
+    llm_api_key: SecretStr | None = None
+    llm_model_simple: str = "gpt-4o-mini"
+    llm_model_moderate: str = "gpt-4o-mini"
+    llm_model_complex: str = "gpt-4o"
+    llm_timeout_s: float = Field(default=30.0, gt=0)
+
+    # --- HTTP -------------------------------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65_535)
+
+    @field_validator("database_url", mode="before")
+    @classmethod
+    def _coerce_database_url(cls, value: object) -> object:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        if not isinstance(value, str):
+            return value
+        value = value.strip()
+        for prefix in ("postgres://", "postgresql://", "postgresql+psycopg2://", "postgresql+asyncpg://"):
+            if value.startswith(prefix):
+                return "postgresql+psycopg://" + value[len(prefix) :]
+        if not value.startswith("postgresql+psycopg://"):
+            raise ValueError("must be a PostgreSQL URL such as postgresql://user:password@host:5432/dbname")
+        return value
+
+    @field_validator("text_search_config")
+    @classmethod
+    def _check_text_search_config(cls, value: str) -> str:
+        if not _IDENTIFIER.match(value):
+            raise ValueError("must be a PostgreSQL text search configuration name such as 'english' or 'simple'")
+        return value
+
+    @model_validator(mode="after")
+    def _check_providers(self) -> Settings:
+        if self.embedding_provider == "openai" and not (self.embedding_base_url or self.llm_base_url):
+            raise ValueError(
+                "RAGSVC_EMBEDDING_PROVIDER=openai needs RAGSVC_EMBEDDING_BASE_URL (or RAGSVC_LLM_BASE_URL)"
+            )
+        if self.embedding_provider == "local" and self.embedding_dimension != 384:
+            raise ValueError("the local embedding model (all-MiniLM-L6-v2) has RAGSVC_EMBEDDING_DIMENSION=384")
+        return self
+
+    @property
+    def embedded_database(self) -> bool:
+        return self.database_url is None
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build Settings from the environment (plus overrides), translating errors to ConfigError."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = ".".join(str(part) for part in err["loc"])
+            name = f"{ENV_PREFIX}{field.upper()}" if field else "settings"
+            if not field:
+                problems.append(err["msg"])
+                continue
+            shown = err.get("input")
+            if "key" in field:
+                shown = "***"
+            elif isinstance(shown, str) and "url" in field:
+                shown = hide_password(shown)
+            problems.append(f"{name}: {err['msg']} (got {shown!r})")
+        raise ConfigError("Invalid configuration:\n  " + "\n  ".join(problems)) from None
+
+
+def hide_password(url: str) -> str:
+    """The URL with its password replaced by ***, for logs and status output."""
+    return re.sub(r"(://[^:/@]*:)[^@]+@", r"\1***@", url)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide Settings. Tests call ``get_settings.cache_clear()`` after changing the env."""
+    return load_settings()

@@ -1,0 +1,1 @@
+"""Database access: table models, the embedded PostgreSQL default, engines and migrations."""

@@ -1,0 +1,75 @@
+"""Where the database is, and the engines that talk to it.
+
+``resolve_database_url`` is the one place that decides between an external PostgreSQL
+(``RAGSVC_DATABASE_URL``) and the embedded default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+from rag_service.config import Settings, hide_password
+from rag_service.db.embedded import DATABASE_NAME, start_embedded
+from rag_service.errors import DatabaseUnavailableError
+
+
+def resolve_database_url(settings: Settings) -> str:
+    """The SQLAlchemy URL to use; starts (or attaches to) the embedded server when none is set."""
+    if settings.database_url:
+        return settings.database_url
+    return start_embedded(settings.data_dir).url_for(DATABASE_NAME)
+
+
+def _connect_args(settings: Settings) -> dict[str, object]:
+    return {"options": f"-c statement_timeout={settings.db_statement_timeout_ms}"}
+
+
+def make_sync_engine(url: str, settings: Settings) -> Engine:
+    return create_engine(url, connect_args=_connect_args(settings), pool_pre_ping=True)
+
+
+@dataclass
+class Database:
+    """The async engine and session factory of one process."""
+
+    url: str
+    engine: AsyncEngine
+    sessions: async_sessionmaker[AsyncSession]
+
+    @classmethod
+    def from_settings(cls, settings: Settings, url: str | None = None) -> Database:
+        url = url or resolve_database_url(settings)
+        engine = create_async_engine(
+            url,
+            pool_size=settings.db_pool_size,
+            max_overflow=settings.db_max_overflow,
+            pool_pre_ping=True,
+            connect_args=_connect_args(settings),
+        )
+        return cls(url=url, engine=engine, sessions=async_sessionmaker(engine, expire_on_commit=False))
+
+    @property
+    def display_url(self) -> str:
+        return hide_password(self.url)
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[AsyncConnection]:
+        """A connection, with connection failures translated to DatabaseUnavailableError."""
+        try:
+            async with self.engine.connect() as conn:
+                yield conn
+        except OperationalError as exc:
+            raise DatabaseUnavailableError(f"cannot reach PostgreSQL at {self.display_url}: {exc.orig}") from exc
+
+    async def ping(self) -> None:
+        async with self.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()

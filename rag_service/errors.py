@@ -1,0 +1,69 @@
+"""The error hierarchy. Errors are raised anywhere and translated once, at the edges.
+
+The HTTP edge maps ``status_code`` to a JSON problem body, the CLI prints ``str(error)`` and exits
+with ``exit_code``. Anything that is not a :class:`RagServiceError` is a bug and is logged as one.
+"""
+
+from __future__ import annotations
+
+
+class RagServiceError(Exception):
+    """Base class for errors whose message is meant for the user."""
+
+    status_code: int = 500
+    exit_code: int = 1
+    title: str = "internal error"
+
+    def __init__(self, message: str, *, stage: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.stage = stage
+
+    def __str__(self) -> str:
+        return f"{self.stage}: {self.message}" if self.stage else self.message
+
+
+class ConfigError(RagServiceError):
+    """A setting is missing or has a bad value."""
+
+    status_code = 500
+    exit_code = 2
+    title = "configuration error"
+
+
+class InvalidInputError(RagServiceError):
+    """The caller sent something we cannot use; the message says what to fix."""
+
+    status_code = 422
+    exit_code = 2
+    title = "invalid input"
+
+
+class NotFoundError(RagServiceError):
+    status_code = 404
+    exit_code = 3
+    title = "not found"
+
+
+class DatabaseUnavailableError(RagServiceError):
+    """PostgreSQL could not be reached or started."""
+
+    status_code = 503
+    exit_code = 4
+    title = "database unavailable"
+
+
+class SchemaMismatchError(RagServiceError):
+    """The database schema does not match this version or this configuration."""
+
+    status_code = 503
+    exit_code = 4
+    title = "schema mismatch"
+
+
+class ProviderError(RagServiceError):
+    """An embedding, LLM or reranking provider failed."""
+
+    status_code = 502
+    exit_code = 5
+    title = "provider error"

@@ -1,0 +1,1 @@
+"""The query pipeline (guardrails, intent, routing, retrieval, generation, evaluation): later issues."""

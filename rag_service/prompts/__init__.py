@@ -1,0 +1,1 @@
+"""The prompt registry (versions, labels, experiments): later issues."""

@@ -1,0 +1,1 @@
+"""Embedding, LLM and reranking providers: a Protocol each, implementations chosen by config."""

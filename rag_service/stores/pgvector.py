@@ -1,0 +1,361 @@
+"""PgVectorStore: the VectorStore adapter on PostgreSQL + pgvector.
+
+Searches are SQLAlchemy Core statements over ``chunks`` joined to ``documents``; every filter,
+the ACL check included, is part of the WHERE clause. Bulk writes go through binary COPY into a
+temporary table and one INSERT ... ON CONFLICT, so a batch is a handful of round trips.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pgvector.psycopg import register_vector_async
+from psycopg.types.json import Jsonb
+from sqlalchemy import (
+    Float,
+    Numeric,
+    Select,
+    case,
+    cast,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REGCONFIG, insert
+from sqlalchemy.dialects.postgresql import TEXT as PG_TEXT
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.elements import ColumnElement
+
+from rag_service.db.engine import Database
+from rag_service.db.models import Chunk, Collection, Document
+from rag_service.domain import ChunkRecord, DocumentRecord, SearchFilter, SearchHit
+from rag_service.errors import InvalidInputError, SchemaMismatchError
+from rag_service.stores.base import PatternMode, RecencyOrder, StoreCounts
+from rag_service.stores.patterns import escape_like, validate_pattern
+
+_CHUNK_COLUMNS = (
+    "id", "document_id", "parent_id", "ordinal", "text", "start_char", "end_char",
+    "token_count", "content_hash", "metadata", "embedding",
+)
+_CHUNK_TYPES = ("uuid", "uuid", "uuid", "int4", "text", "int4", "int4", "int4", "text", "jsonb", "vector")
+MAX_TOP_K = 1000
+
+
+@dataclass(frozen=True)
+class SchemaInfo:
+    embedding_dimension: int
+    text_search_config: str
+    has_trgm: bool
+
+
+def build_filter(flt: SearchFilter) -> list[ColumnElement[bool]]:
+    """WHERE clauses for a SearchFilter over ``chunks`` joined to ``documents``."""
+    d = Document.__table__.c
+    clauses: list[ColumnElement[bool]] = []
+    if flt.collection is not None:
+        collection_id = select(Collection.id).where(Collection.name == flt.collection).scalar_subquery()
+        clauses.append(Chunk.collection_id == collection_id)
+    if not flt.acl_bypass:
+        clauses.append(
+            or_(func.cardinality(d.acl) == 0, d.acl.overlap(cast(list(flt.principals), ARRAY(PG_TEXT))))
+        )
+    if flt.metadata_equals:
+        clauses.append(d.metadata.op("@>")(cast(flt.metadata_equals, JSONB)))
+    for key, options in flt.metadata_in.items():
+        clauses.append(or_(*[d.metadata.op("@>")(cast({key: option}, JSONB)) for option in options]))
+    for key, bounds in flt.metadata_range.items():
+        value: ColumnElement[Any]
+        if any(isinstance(b, str) for b in (bounds.gte, bounds.gt, bounds.lte, bounds.lt)):
+            value = d.metadata[key].astext
+        else:
+            # CASE keeps the cast from ever seeing a non-numeric value.
+            value = case((func.jsonb_typeof(d.metadata[key]) == "number", cast(d.metadata[key].astext, Numeric)))
+        if bounds.gte is not None:
+            clauses.append(value >= bounds.gte)
+        if bounds.gt is not None:
+            clauses.append(value > bounds.gt)
+        if bounds.lte is not None:
+            clauses.append(value <= bounds.lte)
+        if bounds.lt is not None:
+            clauses.append(value < bounds.lt)
+    document_date = func.coalesce(d.effective_date, d.updated_at)
+    if flt.date_from is not None:
+        clauses.append(document_date >= flt.date_from)
+    if flt.date_to is not None:
+        clauses.append(document_date <= flt.date_to)
+    if flt.lob is not None:
+        clauses.append(d.lob == flt.lob)
+    if flt.tags_any:
+        clauses.append(d.tags.overlap(cast(list(flt.tags_any), ARRAY(PG_TEXT))))
+    return clauses
+
+
+def _check_top_k(top_k: int) -> None:
+    if not 1 <= top_k <= MAX_TOP_K:
+        raise InvalidInputError(f"top_k must be between 1 and {MAX_TOP_K}, got {top_k}")
+
+
+class PgVectorStore:
+    def __init__(self, db: Database, *, ef_search: int = 40, pattern_timeout_ms: int = 2000) -> None:
+        if ef_search < 1:
+            raise ValueError("ef_search must be >= 1")
+        if pattern_timeout_ms < 1:
+            raise ValueError("pattern_timeout_ms must be >= 1")
+        self._db = db
+        self._ef_search = ef_search
+        self._pattern_timeout_ms = pattern_timeout_ms
+        self._schema: SchemaInfo | None = None
+
+    # --- schema --------------------------------------------------------------------------
+
+    async def schema(self) -> SchemaInfo:
+        """Parameters fixed by the migration (read once): vector dimension, text search config."""
+        if self._schema is None:
+            async with self._db.connect() as conn:
+                try:
+                    rows = dict((await conn.execute(text("SELECT key, value FROM schema_info"))).tuples().all())
+                except DBAPIError as exc:
+                    raise SchemaMismatchError(
+                        "the database has no rag-service schema; run `ragsvc db upgrade`"
+                    ) from exc
+            self._schema = SchemaInfo(
+                embedding_dimension=int(rows["embedding_dimension"]),
+                text_search_config=rows["text_search_config"],
+                has_trgm=rows.get("pg_trgm") == "yes",
+            )
+        return self._schema
+
+    # --- writes --------------------------------------------------------------------------
+
+    async def upsert_document(self, document: DocumentRecord) -> uuid.UUID:
+        async with self._db.engine.begin() as conn:
+            collection_id = await self._ensure_collection(conn, document.collection)
+            values = {
+                "id": document.id,
+                "collection_id": collection_id,
+                "source_uri": document.source_uri,
+                "title": document.title,
+                "content_hash": document.content_hash,
+                "version": document.version,
+                "metadata_": document.metadata,
+                "acl": list(document.acl),
+                "lob": document.lob,
+                "tags": list(document.tags),
+                "effective_date": document.effective_date,
+            }
+            stmt = insert(Document).values(**values)
+            updated = {k: stmt.excluded[k] for k in values if k not in ("id", "collection_id", "source_uri")}
+            stmt = stmt.on_conflict_do_update(
+                constraint="uq_documents_collection_source",
+                set_={**updated, "updated_at": func.now()},
+            ).returning(Document.id)
+            return (await conn.execute(stmt)).scalar_one()
+
+    async def _ensure_collection(self, conn: AsyncConnection, name: str) -> int:
+        await conn.execute(insert(Collection).values(name=name).on_conflict_do_nothing(index_elements=["name"]))
+        return (await conn.execute(select(Collection.id).where(Collection.name == name))).scalar_one()
+
+    async def upsert_chunks(self, chunks: Sequence[ChunkRecord]) -> int:
+        if not chunks:
+            return 0
+        dim = (await self.schema()).embedding_dimension
+        latest = {chunk.id: chunk for chunk in chunks}  # one row per id, or ON CONFLICT refuses the batch
+        rows = [self._copy_row(chunk, dim) for chunk in latest.values()]
+        columns = ", ".join(_CHUNK_COLUMNS)
+        updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in _CHUNK_COLUMNS if c != "id")
+        async with self._db.engine.begin() as conn:
+            raw = (await conn.get_raw_connection()).driver_connection
+            await register_vector_async(raw)
+            async with raw.cursor() as cur:
+                await cur.execute(
+                    "CREATE TEMP TABLE _chunks_in (LIKE chunks INCLUDING DEFAULTS) ON COMMIT DROP;"
+                    "ALTER TABLE _chunks_in ALTER COLUMN collection_id DROP NOT NULL"
+                )
+                async with cur.copy(f"COPY _chunks_in ({columns}) FROM STDIN WITH (FORMAT BINARY)") as copy:
+                    copy.set_types(list(_CHUNK_TYPES))
+                    for row in rows:
+                        await copy.write_row(row)
+                await cur.execute(
+                    "SELECT count(*) FROM _chunks_in t WHERE NOT EXISTS "
+                    "(SELECT 1 FROM documents d WHERE d.id = t.document_id)"
+                )
+                orphans = (await cur.fetchone())[0]
+                if orphans:
+                    # Raising inside the transaction rolls the whole batch back.
+                    raise InvalidInputError(
+                        f"{orphans} of {len(rows)} chunks reference documents that do not exist; "
+                        "upsert the documents first"
+                    )
+                await cur.execute(
+                    f"INSERT INTO chunks ({columns}, collection_id) "
+                    f"SELECT {', '.join('t.' + c for c in _CHUNK_COLUMNS)}, d.collection_id "
+                    "FROM _chunks_in t JOIN documents d ON d.id = t.document_id "
+                    f"ON CONFLICT (id) DO UPDATE SET {updates}, collection_id = EXCLUDED.collection_id"
+                )
+                return cur.rowcount
+
+    @staticmethod
+    def _copy_row(chunk: ChunkRecord, dim: int) -> tuple[Any, ...]:
+        embedding = None
+        if chunk.embedding is not None:
+            if len(chunk.embedding) != dim:
+                raise InvalidInputError(
+                    f"chunk {chunk.id} has a {len(chunk.embedding)}-d embedding; the store holds {dim}-d vectors"
+                )
+            embedding = np.asarray(chunk.embedding, dtype=np.float32)
+        return (
+            chunk.id, chunk.document_id, chunk.parent_id, chunk.ordinal, chunk.text.replace("\x00", ""),
+            chunk.start_char, chunk.end_char, chunk.token_count, chunk.content_hash, Jsonb(chunk.metadata),
+            embedding,
+        )
+
+    async def delete_document(self, document_id: uuid.UUID) -> bool:
+        async with self._db.engine.begin() as conn:
+            result = await conn.execute(delete(Document).where(Document.id == document_id))
+            return result.rowcount > 0
+
+    # --- searches ------------------------------------------------------------------------
+
+    def _base_select(self, score: ColumnElement[Any]) -> Select[Any]:
+        return (
+            select(
+                Chunk.id, Chunk.document_id, Chunk.parent_id, Chunk.ordinal, Document.source_uri, Document.title,
+                Chunk.text, Chunk.start_char, Chunk.end_char, Chunk.metadata_, score.label("score"),
+            )
+            .select_from(Chunk)
+            .join(Document, Document.id == Chunk.document_id)
+        )
+
+    @staticmethod
+    def _hits(rows: Sequence[Any]) -> list[SearchHit]:
+        return [
+            SearchHit(
+                chunk_id=r.id, document_id=r.document_id, parent_id=r.parent_id, ordinal=r.ordinal,
+                source_uri=r.source_uri, title=r.title, text=r.text, start_char=r.start_char,
+                end_char=r.end_char, score=float(r.score), metadata=r.metadata_ or {},
+            )
+            for r in rows
+        ]
+
+    async def vector_search(self, embedding: Sequence[float], flt: SearchFilter, top_k: int) -> list[SearchHit]:
+        _check_top_k(top_k)
+        dim = (await self.schema()).embedding_dimension
+        if len(embedding) != dim:
+            raise InvalidInputError(f"query embedding has {len(embedding)} dimensions; the store holds {dim}")
+        query_vec = np.asarray(embedding, dtype=np.float32)
+        distance = Chunk.embedding.cosine_distance(query_vec)
+        filters = build_filter(flt)
+        stmt = (
+            self._base_select(1 - distance)
+            .where(Chunk.embedding.is_not(None), *filters)
+            .order_by(distance)
+            .limit(top_k)
+        )
+        async with self._db.connect() as conn:
+            await conn.execute(text(f"SET LOCAL hnsw.ef_search = {max(self._ef_search, min(top_k, 1000))}"))
+            rows = (await conn.execute(stmt)).all()
+            if len(rows) < top_k and filters:
+                # HNSW filters after the index scan, so a selective filter can starve the result.
+                # Re-run exactly: ordering by an expression the index cannot serve forces a scan
+                # of just the rows the other (btree/GIN) conditions select.
+                exact = stmt.order_by(None).order_by(distance + 0)
+                rows = (await conn.execute(exact)).all()
+        return self._hits(rows)
+
+    async def text_search(self, query: str, flt: SearchFilter, top_k: int) -> list[SearchHit]:
+        _check_top_k(top_k)
+        if not query.strip():
+            raise InvalidInputError("text query must not be empty")
+        config = cast(literal((await self.schema()).text_search_config), REGCONFIG)
+        tsquery = func.websearch_to_tsquery(config, query.replace("\x00", ""))
+        rank = func.ts_rank_cd(Chunk.tsv, tsquery)
+        stmt = (
+            self._base_select(cast(rank, Float))
+            .where(Chunk.tsv.op("@@")(tsquery), *build_filter(flt))
+            .order_by(rank.desc(), Chunk.id)
+            .limit(top_k)
+        )
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return self._hits(rows)
+
+    async def metadata_search(
+        self, flt: SearchFilter, top_k: int, order: RecencyOrder = "newest"
+    ) -> list[SearchHit]:
+        _check_top_k(top_k)
+        if order not in ("newest", "oldest"):
+            raise InvalidInputError(f"order must be 'newest' or 'oldest', not {order!r}")
+        document_date = func.coalesce(Document.effective_date, Document.updated_at)
+        stmt = (
+            self._base_select(func.extract("epoch", document_date))
+            .where(Chunk.embedding.is_not(None), *build_filter(flt))
+            .order_by(document_date.desc() if order == "newest" else document_date.asc(),
+                      Chunk.document_id, Chunk.ordinal)
+            .limit(top_k)
+        )
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        hits = self._hits(rows)
+        # Structured matches carry no relevance: the score is the reciprocal rank in date order.
+        return [hit.model_copy(update={"score": 1.0 / rank}) for rank, hit in enumerate(hits, start=1)]
+
+    async def pattern_search(
+        self, pattern: str, flt: SearchFilter, top_k: int, mode: PatternMode = "literal",
+        case_sensitive: bool = False,
+    ) -> list[SearchHit]:
+        _check_top_k(top_k)
+        validate_pattern(pattern, mode)
+        if mode == "literal":
+            like = "%" + escape_like(pattern) + "%"
+            matches = Chunk.text.like(like, escape="\\") if case_sensitive else Chunk.text.ilike(like, escape="\\")
+            haystack = Chunk.text if case_sensitive else func.lower(Chunk.text)
+            needle = pattern if case_sensitive else pattern.lower()
+            occurrences = (func.length(haystack) - func.length(func.replace(haystack, needle, ""))) / len(needle)
+        else:
+            matches = Chunk.text.op("~" if case_sensitive else "~*")(pattern)
+            flags = "g" if case_sensitive else "gi"
+            occurrences = (
+                select(func.count()).select_from(func.regexp_matches(Chunk.text, pattern, flags).alias("m"))
+                .scalar_subquery()
+            )
+        score = cast(occurrences, Float)
+        stmt = (
+            self._base_select(score)
+            .where(matches, *build_filter(flt))
+            .order_by(score.desc(), Chunk.document_id, Chunk.ordinal)
+            .limit(top_k)
+        )
+        async with self._db.connect() as conn:
+            await conn.execute(text(f"SET LOCAL statement_timeout = {int(self._pattern_timeout_ms)}"))
+            try:
+                rows = (await conn.execute(stmt)).all()
+            except DBAPIError as exc:
+                if "statement timeout" in str(exc.orig):
+                    raise InvalidInputError(
+                        f"pattern {pattern!r} took longer than {self._pattern_timeout_ms} ms; "
+                        "make it more specific or narrow the filter"
+                    ) from exc
+                raise
+        return self._hits(rows)
+
+    async def counts(self) -> StoreCounts:
+        async with self._db.connect() as conn:
+            row = (
+                await conn.execute(
+                    text(
+                        "SELECT (SELECT count(*) FROM collections), (SELECT count(*) FROM documents), "
+                        "(SELECT count(*) FROM chunks), (SELECT count(*) FROM chunks WHERE embedding IS NOT NULL)"
+                    )
+                )
+            ).one()
+        return StoreCounts(*map(int, row))
+
+

@@ -1,0 +1,1 @@
+"""The reviewer console: later issues."""
