@@ -28,6 +28,14 @@ class DocumentRecord(BaseModel):
     tags: tuple[str, ...] = ()
     effective_date: datetime | None = None
 
+    @field_validator("acl")
+    @classmethod
+    def _principals_are_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for principal in value:
+            if not principal.strip() or principal == "*":
+                raise ValueError(f"ACL principal {principal!r} must be a non-empty name other than '*'")
+        return value
+
 
 class ChunkRecord(BaseModel):
     """A piece of a document with its embedding. Offsets are character offsets into the document text."""

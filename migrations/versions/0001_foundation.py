@@ -69,7 +69,8 @@ def upgrade() -> None:
         sa.Column("content_hash", sa.String(128), nullable=False),
         sa.Column("version", sa.Integer, nullable=False, server_default="1"),
         sa.Column("metadata", pg.JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
-        sa.Column("acl", pg.ARRAY(sa.Text), nullable=False, server_default=sa.text("'{}'::text[]")),
+        # '*' = readable by everyone (see PgVectorStore.PUBLIC_PRINCIPAL); otherwise the principals.
+        sa.Column("acl", pg.ARRAY(sa.Text), nullable=False, server_default=sa.text("'{*}'::text[]")),
         sa.Column("lob", sa.Text),
         sa.Column("tags", pg.ARRAY(sa.Text), nullable=False, server_default=sa.text("'{}'::text[]")),
         sa.Column("effective_date", sa.DateTime(timezone=True)),
