@@ -8,6 +8,7 @@ import asyncio
 import functools
 import json
 import logging
+import signal
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any, ParamSpec, TypeVar
@@ -79,6 +80,11 @@ def serve(
     from rag_service.api import create_app
 
     settings = _settings()
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal under the
+    # handlers it found. With the default ones the process would die without running atexit,
+    # leaving the embedded PostgreSQL running; these turn a graceful stop into a clean exit.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: sys.exit(0))
     uvicorn.run(
         create_app(settings), host=host or settings.host, port=port or settings.port,
         log_level=settings.log_level.lower(), lifespan="on",

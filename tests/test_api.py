@@ -1,0 +1,52 @@
+"""The HTTP skeleton in-process: health, readiness (and its 503 reasons), OpenAPI, error bodies."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi.testclient import TestClient
+
+from rag_service.api import create_app
+from rag_service.config import load_settings
+
+
+def _wait_ready(client: TestClient, timeout_s: float = 60) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        response = client.get("/readyz")
+        if response.status_code == 200 or time.monotonic() > deadline:
+            return response
+        time.sleep(0.1)
+
+
+def test_ready_on_a_migrated_database(migrated_url: str) -> None:
+    with TestClient(create_app(load_settings(database_url=migrated_url))) as client:
+        assert client.get("/healthz").json() == {"status": "ok"}
+        response = _wait_ready(client)
+        assert response.status_code == 200, response.text
+        assert response.json() == {"ready": True, "checks": {"database": "ok", "embedder": "ok"}}
+
+
+def test_not_ready_says_why(databases) -> None:
+    url = databases.create(migrated=False)
+    with TestClient(create_app(load_settings(database_url=url))) as client:
+        response = _wait_ready(client, timeout_s=5)
+        assert response.status_code == 503
+        body = response.json()
+        assert body["ready"] is False
+        assert "ragsvc db upgrade" in body["checks"]["database"]
+
+
+def test_openapi_documents_the_routes(migrated_url: str) -> None:
+    with TestClient(create_app(load_settings(database_url=migrated_url))) as client:
+        spec = client.get("/openapi.json").json()
+        assert {"/healthz", "/readyz"} <= set(spec["paths"])
+        assert "503" in spec["paths"]["/readyz"]["get"]["responses"]
+        assert client.get("/docs").status_code == 200
+
+
+def test_unknown_route_is_a_clean_404(migrated_url: str) -> None:
+    with TestClient(create_app(load_settings(database_url=migrated_url))) as client:
+        response = client.get("/v1/nope")
+        assert response.status_code == 404
+        assert response.json() == {"detail": "Not Found"}

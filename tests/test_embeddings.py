@@ -1,0 +1,149 @@
+"""The real local model (no hub access) and the OpenAI-compatible embedder against a local server."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from rag_service.config import load_settings
+from rag_service.errors import ConfigError, ProviderError
+from rag_service.providers.embeddings import Embedder, LocalEmbedder, OpenAIEmbedder, make_embedder
+
+
+def test_local_model_loads_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading must not open a single network connection."""
+    real_connect = socket.socket.connect
+
+    def no_network(self: socket.socket, address: object) -> None:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            raise AssertionError(f"the local embedder tried to reach {address}")
+        real_connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    embedder = LocalEmbedder()
+    vectors = embedder.encode(["offline"])
+    assert vectors.shape == (1, 384)
+    assert isinstance(embedder, Embedder)
+
+
+def test_vectors_are_normalised(local_embedder: LocalEmbedder) -> None:
+    vectors = local_embedder.encode(["one", "two words", "a somewhat longer sentence about databases"])
+    assert vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_similar_sentences_are_closer_than_unrelated(local_embedder: LocalEmbedder) -> None:
+    a, b, c = local_embedder.encode([
+        "How do I reset my password?",
+        "I forgot my password and need to change it.",
+        "The recipe needs two cups of flour.",
+    ])
+    assert a @ b > a @ c + 0.3
+    assert a @ b > b @ c + 0.3
+
+
+def test_batch_equals_one_by_one(local_embedder: LocalEmbedder) -> None:
+    texts = ["short", "a medium length sentence about vectors", "x " * 200, "PostgreSQL with pgvector", "émoji ✓"]
+    batched = local_embedder.encode(texts)
+    single = np.vstack([local_embedder.encode([t]) for t in texts])
+    np.testing.assert_allclose(batched, single, atol=1e-5)
+
+
+async def test_embed_runs_off_the_event_loop(local_embedder: LocalEmbedder) -> None:
+    import asyncio
+
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.001)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    await local_embedder.embed(["some text to embed"] * 256)
+    task.cancel()
+    assert ticks > 5, "the event loop was blocked while embedding"
+
+
+def test_empty_input(local_embedder: LocalEmbedder) -> None:
+    assert local_embedder.encode([]).shape == (0, 384)
+
+
+class _FakeEmbeddings(BaseHTTPRequestHandler):
+    """Speaks the OpenAI /v1/embeddings API with deterministic vectors."""
+
+    dimension = 8
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append(body)  # type: ignore[attr-defined]
+        inputs = body["input"]
+        data = [
+            {"object": "embedding", "index": i,
+             "embedding": [float(len(text) + j) for j in range(self.dimension)]}
+            for i, text in enumerate(inputs)
+        ]
+        data.reverse()  # the API does not promise order; the client must sort by index
+        payload = json.dumps({"object": "list", "data": data, "model": body["model"],
+                              "usage": {"prompt_tokens": 1, "total_tokens": 1}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_openai():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeEmbeddings)
+    server.requests = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+
+
+async def test_openai_embedder_batches_orders_and_normalises(fake_openai) -> None:
+    base_url = f"http://127.0.0.1:{fake_openai.server_address[1]}/v1"
+    embedder = OpenAIEmbedder(base_url=base_url, api_key="k", model="m", dimension=8, batch_size=2)
+    vectors = await embedder.embed(["a", "bbb", "cc"])
+    assert len(fake_openai.requests) == 2
+    assert [r["input"] for r in fake_openai.requests] == [["a", "bbb"], ["cc"]]
+    expected = np.array([[1 + j for j in range(8)], [3 + j for j in range(8)], [2 + j for j in range(8)]], float)
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(vectors, expected, rtol=1e-5)
+
+
+async def test_openai_embedder_checks_dimension(fake_openai) -> None:
+    base_url = f"http://127.0.0.1:{fake_openai.server_address[1]}/v1"
+    embedder = OpenAIEmbedder(base_url=base_url, api_key=None, model="m", dimension=16)
+    with pytest.raises(ProviderError, match="RAGSVC_EMBEDDING_DIMENSION"):
+        await embedder.embed(["a"])
+
+
+async def test_openai_embedder_reports_unreachable_endpoint() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    embedder = OpenAIEmbedder(base_url=f"http://127.0.0.1:{port}/v1", api_key=None, model="m", dimension=8,
+                              timeout_s=2)
+    with pytest.raises(ProviderError, match="failed"):
+        await embedder.embed(["a"])
+
+
+def test_factory_picks_by_settings() -> None:
+    assert isinstance(make_embedder(load_settings()), LocalEmbedder)
+    openai = make_embedder(load_settings(embedding_provider="openai", embedding_base_url="http://127.0.0.1:1/v1",
+                                         embedding_model="text-embedding-3-small", embedding_dimension=1536))
+    assert isinstance(openai, OpenAIEmbedder) and openai.dimension == 1536
+    with pytest.raises(ConfigError, match="RAGSVC_EMBEDDING_MODEL"):
+        make_embedder(load_settings(embedding_model="bge-large"))
