@@ -49,7 +49,7 @@ def test_schema_follows_settings(databases) -> None:
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
-            info = dict(conn.execute(text("SELECT key, value FROM schema_info")).tuples().all())
+            info = dict(conn.execute(text("SELECT key, value FROM schema_info")).all())
             typmod = conn.execute(text(
                 "SELECT atttypmod FROM pg_attribute WHERE attrelid = 'chunks'::regclass AND attname = 'embedding'"
             )).scalar_one()

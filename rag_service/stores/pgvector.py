@@ -141,7 +141,7 @@ class PgVectorStore:
         if self._schema is None:
             async with self._db.connect() as conn:
                 try:
-                    rows = dict((await conn.execute(text("SELECT key, value FROM schema_info"))).tuples().all())
+                    rows = dict((await conn.execute(text("SELECT key, value FROM schema_info"))).all())
                 except DBAPIError as exc:
                     raise SchemaMismatchError(
                         "the database has no rag-service schema; run `ragsvc db upgrade`"
