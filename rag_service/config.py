@@ -67,6 +67,11 @@ class Settings(BaseSettings):
     llm_model_complex: str = "gpt-4o"
     llm_timeout_s: float = Field(default=30.0, gt=0)
 
+    # --- tracing (Langfuse when all three are set; used once tracing exists) ----------------
+    langfuse_host: str | None = None
+    langfuse_public_key: SecretStr | None = None
+    langfuse_secret_key: SecretStr | None = None
+
     # --- HTTP -------------------------------------------------------------------------------
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65_535)

@@ -1,0 +1,22 @@
+# rag-service API / worker image. CPU only.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    # The CPU build of torch; without it pip resolves torch to a multi-GB CUDA build.
+    PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu \
+    HF_HUB_OFFLINE=1
+
+WORKDIR /app
+COPY pyproject.toml README.md alembic.ini ./
+COPY rag_service ./rag_service
+COPY ingestion ./ingestion
+COPY evaluation ./evaluation
+COPY migrations ./migrations
+RUN pip install . && useradd --create-home --uid 10001 ragsvc
+USER ragsvc
+
+EXPOSE 8000
+# Migrate, then serve. RAGSVC_DATABASE_URL must point at PostgreSQL with pgvector.
+CMD ["sh", "-c", "ragsvc db upgrade && ragsvc serve --host 0.0.0.0 --port 8000"]

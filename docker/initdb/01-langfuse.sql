@@ -1,0 +1,2 @@
+-- Langfuse keeps its own database on the same PostgreSQL server.
+CREATE DATABASE langfuse;
