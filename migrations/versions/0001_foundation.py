@@ -27,7 +27,8 @@ depends_on: str | Sequence[str] | None = None
 
 def _has_extension(name: str) -> bool:
     bind = op.get_bind()
-    return bind.execute(sa.text("SELECT 1 FROM pg_available_extensions WHERE name = :n"), {"n": name}).first() is not None
+    query = sa.text("SELECT 1 FROM pg_available_extensions WHERE name = :n")
+    return bind.execute(query, {"n": name}).first() is not None
 
 
 def upgrade() -> None:

@@ -10,6 +10,7 @@ folders of the data dir to it (o+rx): keep the data dir out of mode-700 homes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -103,10 +104,9 @@ def _ensure_database(admin_url: str, name: str) -> None:
     with psycopg.connect(admin_url, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
         if not exists:
-            try:
+            # Another process may create it between our check and our CREATE.
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase):
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-            except psycopg.errors.DuplicateDatabase:
-                pass  # another process created it between our check and our CREATE
 
 
 def running_pid(data_dir: Path) -> int | None:

@@ -34,8 +34,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.base import Executable
-from sqlalchemy.sql.elements import ClauseElement
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.elements import ClauseElement, ColumnElement
 
 from rag_service.db.engine import Database
 from rag_service.db.models import Chunk, Collection, Document
@@ -248,7 +247,8 @@ class PgVectorStore:
         return (
             select(
                 Chunk.id, Chunk.document_id, Chunk.parent_id, Chunk.ordinal, Document.source_uri, Document.title,
-                Chunk.text, Chunk.start_char, Chunk.end_char, Chunk.metadata_.label("chunk_metadata"), score.label("score"),
+                Chunk.text, Chunk.start_char, Chunk.end_char, Chunk.metadata_.label("chunk_metadata"),
+                score.label("score"),
             )
             .select_from(Chunk)
             .join(Document, Document.id == Chunk.document_id)
