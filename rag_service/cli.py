@@ -119,25 +119,12 @@ def status(as_json: JsonFlag = False) -> None:
 
 
 def _migration(action: str, revision: str, as_json: bool) -> None:
-    from sqlalchemy import create_engine
-
     from rag_service.db import migrate
+    from rag_service.db.engine import resolve_database_url
 
     settings = _settings()
-    if settings.database_url:
-        url = settings.database_url
-    else:
-        # database_url() would upgrade the embedded database on its own; start it without that.
-        from rag_service.db.embedded import DATABASE_NAME, start_embedded
-
-        url = start_embedded(settings.data_dir).url_for(DATABASE_NAME)
-    (migrate.upgrade if action == "upgrade" else migrate.downgrade)(url, settings, revision)
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            current = migrate.current_revision(conn)
-    finally:
-        engine.dispose()
+    url = resolve_database_url(settings)  # not runtime.database_url: that would upgrade on its own
+    current = (migrate.upgrade if action == "upgrade" else migrate.downgrade)(url, settings, revision)
     if as_json:
         emit_json({"action": action, "revision": current, "head": migrate.head_revision(),
                    "database": hide_password(url)})

@@ -17,8 +17,7 @@ from sqlalchemy import text
 from rag_service import __version__
 from rag_service.config import Settings
 from rag_service.db import migrate
-from rag_service.db.embedded import DATABASE_NAME, start_embedded
-from rag_service.db.engine import Database
+from rag_service.db.engine import Database, resolve_database_url
 from rag_service.errors import RagServiceError, SchemaMismatchError
 from rag_service.providers.embeddings import Embedder, LocalEmbedder, OpenAIEmbedder, make_embedder
 from rag_service.stores.pgvector import PgVectorStore
@@ -28,11 +27,10 @@ log = logging.getLogger(__name__)
 
 def database_url(settings: Settings) -> str:
     """External URL, or the embedded server's (started and migrated to head on first use)."""
-    if settings.database_url:
-        return settings.database_url
-    url = start_embedded(settings.data_dir).url_for(DATABASE_NAME)
-    # The embedded default has no operator to run migrations, so it upgrades itself.
-    migrate.upgrade(url, settings)
+    url = resolve_database_url(settings)
+    if settings.embedded_database:
+        # The embedded default has no operator to run migrations, so it upgrades itself.
+        migrate.upgrade(url, settings)
     return url
 
 

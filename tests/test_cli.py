@@ -139,3 +139,18 @@ def test_help_lists_the_commands() -> None:
     assert result.exit_code == 0
     for command in ("serve", "status", "db"):
         assert command in result.stdout
+
+
+def test_db_upgrade_on_unreachable_database_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGSVC_DATABASE_URL", f"postgresql://u:pw@127.0.0.1:{_free_port()}/x")
+    result = CliRunner().invoke(app, ["db", "upgrade"])
+    assert result.exit_code == 4
+    assert "cannot reach PostgreSQL" in result.output and "pw@" not in result.output
+
+
+def test_db_upgrade_to_unknown_revision_is_a_clear_error(databases, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGSVC_DATABASE_URL", databases.create(migrated=False))
+    result = CliRunner().invoke(app, ["db", "upgrade", "9999"])
+    assert result.exit_code != 0
+    assert "9999" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)

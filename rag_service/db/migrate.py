@@ -8,11 +8,14 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
 from sqlalchemy import Connection
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 import migrations
-from rag_service.config import Settings
+from rag_service.config import Settings, hide_password
 from rag_service.db.engine import make_sync_engine
+from rag_service.errors import DatabaseUnavailableError, InvalidInputError, SchemaMismatchError
 
 
 def alembic_config(url: str, settings: Settings | None = None) -> Config:
@@ -24,26 +27,31 @@ def alembic_config(url: str, settings: Settings | None = None) -> Config:
     return cfg
 
 
-def upgrade(url: str, settings: Settings, revision: str = "head") -> None:
+def _run(action: str, url: str, settings: Settings, revision: str) -> str | None:
+    """Run one alembic command in a transaction; returns the revision the database is now at."""
     cfg = alembic_config(url, settings)
     engine = make_sync_engine(url, settings)
     try:
         with engine.begin() as conn:
             cfg.attributes["connection"] = conn
-            command.upgrade(cfg, revision)
+            (command.upgrade if action == "upgrade" else command.downgrade)(cfg, revision)
+            return current_revision(conn)
+    except CommandError as exc:
+        raise InvalidInputError(f"cannot {action} to {revision!r}: {exc}") from exc
+    except OperationalError as exc:
+        raise DatabaseUnavailableError(f"cannot reach PostgreSQL at {hide_password(url)}: {exc.orig}") from exc
+    except SQLAlchemyError as exc:
+        raise SchemaMismatchError(f"{action} to {revision} failed and was rolled back: {exc.orig or exc}") from exc
     finally:
         engine.dispose()
 
 
-def downgrade(url: str, settings: Settings, revision: str = "-1") -> None:
-    cfg = alembic_config(url, settings)
-    engine = make_sync_engine(url, settings)
-    try:
-        with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.downgrade(cfg, revision)
-    finally:
-        engine.dispose()
+def upgrade(url: str, settings: Settings, revision: str = "head") -> str | None:
+    return _run("upgrade", url, settings, revision)
+
+
+def downgrade(url: str, settings: Settings, revision: str = "-1") -> str | None:
+    return _run("downgrade", url, settings, revision)
 
 
 def head_revision() -> str | None:
