@@ -59,6 +59,14 @@ class Settings(BaseSettings):
     embedding_base_url: str | None = None
     embedding_api_key: SecretStr | None = None
 
+    # --- ingestion ---------------------------------------------------------------------------
+    chunk_size: int = Field(default=256, ge=32, le=8192, description="Tokens per chunk (model tokens).")
+    chunk_overlap: int = Field(default=32, ge=0, le=4096)
+    chunk_hierarchical: bool = Field(default=False, description="Store parent chunks, embed their children.")
+    parent_chunk_size: int = Field(default=1024, ge=64, le=32_768)
+    ingest_max_file_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
+    ingest_batch_documents: int = Field(default=64, ge=1, le=10_000)
+
     # --- LLM (used by the generator and evaluator once they exist) --------------------------
     llm_base_url: str | None = None
     llm_api_key: SecretStr | None = None
@@ -103,6 +111,14 @@ class Settings(BaseSettings):
         if self.embedding_provider == "openai" and not (self.embedding_base_url or self.llm_base_url):
             raise ValueError(
                 "RAGSVC_EMBEDDING_PROVIDER=openai needs RAGSVC_EMBEDDING_BASE_URL (or RAGSVC_LLM_BASE_URL)"
+            )
+        if self.chunk_overlap >= self.chunk_size:
+            raise ValueError("RAGSVC_CHUNK_OVERLAP must be smaller than RAGSVC_CHUNK_SIZE")
+        if self.chunk_hierarchical and self.parent_chunk_size <= self.chunk_size:
+            raise ValueError("RAGSVC_PARENT_CHUNK_SIZE must be larger than RAGSVC_CHUNK_SIZE")
+        if self.embedding_provider == "local" and self.chunk_size > self.embedding_max_seq_length:
+            raise ValueError(
+                "RAGSVC_CHUNK_SIZE must not exceed RAGSVC_EMBEDDING_MAX_SEQ_LENGTH: the model would cut chunks short"
             )
         if self.embedding_provider == "local" and self.embedding_dimension != 384:
             raise ValueError("the local embedding model (all-MiniLM-L6-v2) has RAGSVC_EMBEDDING_DIMENSION=384")

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import text
@@ -20,6 +21,7 @@ from rag_service.db import migrate
 from rag_service.db.engine import Database, resolve_database_url
 from rag_service.errors import RagServiceError, SchemaMismatchError
 from rag_service.providers.embeddings import Embedder, LocalEmbedder, OpenAIEmbedder, make_embedder
+from rag_service.stores.catalog import DocumentCatalog
 from rag_service.stores.pgvector import PgVectorStore
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,22 @@ class Runtime:
         db = Database.from_settings(settings, url=database_url(settings))
         store = PgVectorStore(db, ef_search=settings.hnsw_ef_search, pattern_timeout_ms=settings.pattern_timeout_ms)
         return cls(settings=settings, db=db, store=store, embedder=make_embedder(settings))
+
+    @cached_property
+    def catalog(self) -> DocumentCatalog:
+        return DocumentCatalog(self.db)
+
+    def ingestor(self):  # noqa: ANN201 - ingestion sits above this module; imported lazily
+        from ingestion.chunking import Chunker, model_tokenizer
+        from ingestion.pipeline import Ingestor
+
+        s = self.settings
+        chunker = Chunker(model_tokenizer(), chunk_size=s.chunk_size, chunk_overlap=s.chunk_overlap,
+                          hierarchical=s.chunk_hierarchical, parent_chunk_size=s.parent_chunk_size)
+        # Changing how documents are chunked or embedded must re-process them.
+        signature = "/".join(map(str, (s.chunk_size, s.chunk_overlap, s.chunk_hierarchical, s.parent_chunk_size,
+                                       self.embedder.name)))
+        return Ingestor(self.store, self.catalog, self.embedder, chunker, signature)
 
     async def warm_up_embedder(self) -> None:
         """Load the embedding model; records failure instead of raising, for /readyz to report."""

@@ -38,6 +38,12 @@ class VectorStore(Protocol):
         """Insert or update chunks by id in bulk (idempotent); returns the number written."""
         ...
 
+    async def replace_documents(self, items: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord]]]) -> int:
+        """Upsert the documents and swap each one's chunks for the given ones in one transaction,
+        so every document is seen (and survives a crash) either entirely old or entirely new.
+        Returns the number of chunks written."""
+        ...
+
     async def delete_document(self, document_id: uuid.UUID) -> bool:
         """Delete a document and all its chunks; False when it did not exist."""
         ...

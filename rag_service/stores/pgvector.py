@@ -156,27 +156,33 @@ class PgVectorStore:
 
     async def upsert_document(self, document: DocumentRecord) -> uuid.UUID:
         async with self._db.engine.begin() as conn:
-            collection_id = await self._ensure_collection(conn, document.collection)
-            values = {
-                "id": document.id,
-                "collection_id": collection_id,
-                "source_uri": document.source_uri,
-                "title": document.title,
-                "content_hash": document.content_hash,
-                "version": document.version,
-                "metadata": document.metadata,
-                "acl": list(document.acl) or [PUBLIC_PRINCIPAL],
-                "lob": document.lob,
-                "tags": list(document.tags),
-                "effective_date": document.effective_date,
-            }
-            stmt = insert(Document.__table__).values(**values)
-            updated = {k: stmt.excluded[k] for k in values if k not in ("id", "collection_id", "source_uri")}
-            stmt = stmt.on_conflict_do_update(
-                constraint="uq_documents_collection_source",
-                set_={**updated, "updated_at": func.now()},
-            ).returning(Document.__table__.c.id)
-            return (await conn.execute(stmt)).scalar_one()
+            return await self._upsert_document(conn, document, {})
+
+    async def _upsert_document(
+        self, conn: AsyncConnection, document: DocumentRecord, collections: dict[str, int]
+    ) -> uuid.UUID:
+        if document.collection not in collections:
+            collections[document.collection] = await self._ensure_collection(conn, document.collection)
+        values = {
+            "id": document.id,
+            "collection_id": collections[document.collection],
+            "source_uri": document.source_uri,
+            "title": document.title,
+            "content_hash": document.content_hash,
+            "version": document.version,
+            "metadata": document.metadata,
+            "acl": list(document.acl) or [PUBLIC_PRINCIPAL],
+            "lob": document.lob,
+            "tags": list(document.tags),
+            "effective_date": document.effective_date,
+        }
+        stmt = insert(Document.__table__).values(**values)
+        updated = {k: stmt.excluded[k] for k in values if k not in ("id", "collection_id", "source_uri")}
+        stmt = stmt.on_conflict_do_update(
+            constraint="uq_documents_collection_source",
+            set_={**updated, "updated_at": func.now()},
+        ).returning(Document.__table__.c.id)
+        return (await conn.execute(stmt)).scalar_one()
 
     async def _ensure_collection(self, conn: AsyncConnection, name: str) -> int:
         await conn.execute(insert(Collection).values(name=name).on_conflict_do_nothing(index_elements=["name"]))
@@ -185,41 +191,66 @@ class PgVectorStore:
     async def upsert_chunks(self, chunks: Sequence[ChunkRecord]) -> int:
         if not chunks:
             return 0
+        async with self._db.engine.begin() as conn:
+            return await self._write_chunks(conn, chunks)
+
+    async def replace_documents(self, items: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord]]]) -> int:
+        """Upsert each document and swap its chunks for the given ones, all in one transaction:
+        a reader (or a crash) sees every document either entirely old or entirely new."""
+        if not items:
+            return 0
+        async with self._db.engine.begin() as conn:
+            collections: dict[str, int] = {}
+            for document, _ in items:
+                stored_id = await self._upsert_document(conn, document, collections)
+                if stored_id != document.id:
+                    raise InvalidInputError(
+                        f"{document.source_uri} is stored as document {stored_id}, not {document.id}; "
+                        "replace it under its stored id"
+                    )
+            await conn.execute(delete(Chunk).where(Chunk.document_id.in_([d.id for d, _ in items])))
+            return await self._write_chunks(conn, [chunk for _, chunks in items for chunk in chunks])
+
+    async def _write_chunks(self, conn: AsyncConnection, chunks: Sequence[ChunkRecord]) -> int:
+        """Binary COPY into a temp table, then one INSERT ... ON CONFLICT, inside the caller's transaction."""
+        if not chunks:
+            return 0
         dim = (await self.schema()).embedding_dimension
         latest = {chunk.id: chunk for chunk in chunks}  # one row per id, or ON CONFLICT refuses the batch
         rows = [self._copy_row(chunk, dim) for chunk in latest.values()]
         columns = ", ".join(_CHUNK_COLUMNS)
         updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in _CHUNK_COLUMNS if c != "id")
-        async with self._db.engine.begin() as conn:
-            raw = (await conn.get_raw_connection()).driver_connection
-            await register_vector_async(raw)
-            async with raw.cursor() as cur:
-                await cur.execute(
-                    "CREATE TEMP TABLE _chunks_in (LIKE chunks INCLUDING DEFAULTS) ON COMMIT DROP;"
-                    "ALTER TABLE _chunks_in ALTER COLUMN collection_id DROP NOT NULL"
+        raw = (await conn.get_raw_connection()).driver_connection
+        await register_vector_async(raw)
+        async with raw.cursor() as cur:
+            await cur.execute(
+                "CREATE TEMP TABLE _chunks_in (LIKE chunks INCLUDING DEFAULTS) ON COMMIT DROP;"
+                "ALTER TABLE _chunks_in ALTER COLUMN collection_id DROP NOT NULL"
+            )
+            async with cur.copy(f"COPY _chunks_in ({columns}) FROM STDIN WITH (FORMAT BINARY)") as copy:
+                copy.set_types(list(_CHUNK_TYPES))
+                for row in rows:
+                    await copy.write_row(row)
+            await cur.execute(
+                "SELECT count(*) FROM _chunks_in t WHERE NOT EXISTS "
+                "(SELECT 1 FROM documents d WHERE d.id = t.document_id)"
+            )
+            orphans = (await cur.fetchone())[0]
+            if orphans:
+                # Raising inside the transaction rolls the whole batch back.
+                raise InvalidInputError(
+                    f"{orphans} of {len(rows)} chunks reference documents that do not exist; "
+                    "upsert the documents first"
                 )
-                async with cur.copy(f"COPY _chunks_in ({columns}) FROM STDIN WITH (FORMAT BINARY)") as copy:
-                    copy.set_types(list(_CHUNK_TYPES))
-                    for row in rows:
-                        await copy.write_row(row)
-                await cur.execute(
-                    "SELECT count(*) FROM _chunks_in t WHERE NOT EXISTS "
-                    "(SELECT 1 FROM documents d WHERE d.id = t.document_id)"
-                )
-                orphans = (await cur.fetchone())[0]
-                if orphans:
-                    # Raising inside the transaction rolls the whole batch back.
-                    raise InvalidInputError(
-                        f"{orphans} of {len(rows)} chunks reference documents that do not exist; "
-                        "upsert the documents first"
-                    )
-                await cur.execute(
-                    f"INSERT INTO chunks ({columns}, collection_id) "
-                    f"SELECT {', '.join('t.' + c for c in _CHUNK_COLUMNS)}, d.collection_id "
-                    "FROM _chunks_in t JOIN documents d ON d.id = t.document_id "
-                    f"ON CONFLICT (id) DO UPDATE SET {updates}, collection_id = EXCLUDED.collection_id"
-                )
-                return cur.rowcount
+            await cur.execute(
+                f"INSERT INTO chunks ({columns}, collection_id) "
+                f"SELECT {', '.join('t.' + c for c in _CHUNK_COLUMNS)}, d.collection_id "
+                "FROM _chunks_in t JOIN documents d ON d.id = t.document_id "
+                f"ON CONFLICT (id) DO UPDATE SET {updates}, collection_id = EXCLUDED.collection_id"
+            )
+            written = cur.rowcount
+            await cur.execute("DROP TABLE _chunks_in")  # a second call in the same transaction recreates it
+            return written
 
     @staticmethod
     def _copy_row(chunk: ChunkRecord, dim: int) -> tuple[Any, ...]:

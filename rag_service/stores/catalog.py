@@ -1,0 +1,145 @@
+"""The document catalog: what is stored per document, for ingestion bookkeeping and the
+documents API. Always PostgreSQL, whichever VectorStore holds the vectors."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import delete, func, select
+
+from rag_service.db.engine import Database
+from rag_service.db.models import Chunk, Collection, Document
+
+
+@dataclass(frozen=True)
+class DocumentState:
+    id: uuid.UUID
+    content_hash: str
+    version: int
+
+
+@dataclass(frozen=True)
+class DocumentSummary:
+    id: uuid.UUID
+    collection: str
+    source_uri: str
+    title: str | None
+    version: int
+    content_hash: str
+    metadata: dict[str, Any]
+    acl: list[str]
+    lob: str | None
+    tags: list[str]
+    effective_date: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    chunk_count: int
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    id: uuid.UUID
+    parent_id: uuid.UUID | None
+    ordinal: int
+    text: str
+    start_char: int
+    end_char: int
+    token_count: int
+    metadata: dict[str, Any]
+    embedded: bool
+
+
+class DocumentCatalog:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def states(self, collection: str, source_uris: Sequence[str]) -> dict[str, DocumentState]:
+        if not source_uris:
+            return {}
+        stmt = (
+            select(Document.source_uri, Document.id, Document.content_hash, Document.version)
+            .join(Collection, Collection.id == Document.collection_id)
+            .where(Collection.name == collection, Document.source_uri.in_(list(source_uris)))
+        )
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return {r.source_uri: DocumentState(r.id, r.content_hash, r.version) for r in rows}
+
+    async def vectors_by_hash(self, document_ids: Sequence[uuid.UUID]) -> dict[str, np.ndarray]:
+        """Stored embeddings of these documents' chunks, by chunk content hash (for reuse)."""
+        if not document_ids:
+            return {}
+        stmt = select(Chunk.content_hash, Chunk.embedding).where(
+            Chunk.document_id.in_(list(document_ids)), Chunk.embedding.is_not(None)
+        )
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return {r.content_hash: np.asarray(r.embedding, dtype=np.float32) for r in rows}
+
+    def _summary_select(self):  # noqa: ANN202
+        chunk_count = (
+            select(func.count()).select_from(Chunk).where(Chunk.document_id == Document.id).scalar_subquery()
+        )
+        return select(Document, Collection.name.label("collection"), chunk_count.label("chunk_count")).join(
+            Collection, Collection.id == Document.collection_id
+        )
+
+    @staticmethod
+    def _summary(row: Any) -> DocumentSummary:
+        d: Document = row.Document
+        acl = [] if d.acl == ["*"] else list(d.acl)
+        return DocumentSummary(
+            id=d.id, collection=row.collection, source_uri=d.source_uri, title=d.title, version=d.version,
+            content_hash=d.content_hash, metadata=d.metadata_ or {}, acl=acl, lob=d.lob, tags=list(d.tags or []),
+            effective_date=d.effective_date, created_at=d.created_at, updated_at=d.updated_at,
+            chunk_count=row.chunk_count,
+        )
+
+    async def list(
+        self, collection: str | None = None, *, limit: int = 50, offset: int = 0
+    ) -> tuple[list[DocumentSummary], int]:
+        stmt = self._summary_select()
+        count = select(func.count()).select_from(Document)
+        if collection is not None:
+            stmt = stmt.where(Collection.name == collection)
+            count = count.join(Collection, Collection.id == Document.collection_id).where(
+                Collection.name == collection)
+        stmt = stmt.order_by(Document.updated_at.desc(), Document.id).limit(limit).offset(offset)
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+            total = (await conn.execute(count)).scalar_one()
+        return [self._summary(r) for r in rows], total
+
+    async def get(self, document_id: uuid.UUID) -> tuple[DocumentSummary, list[StoredChunk]] | None:
+        async with self._db.connect() as conn:
+            row = (await conn.execute(self._summary_select().where(Document.id == document_id))).first()
+            if row is None:
+                return None
+            chunks = (await conn.execute(
+                select(Chunk.id, Chunk.parent_id, Chunk.ordinal, Chunk.text, Chunk.start_char, Chunk.end_char,
+                       Chunk.token_count, Chunk.metadata_.label("chunk_metadata"),
+                       Chunk.embedding.is_not(None).label("embedded"))
+                .where(Chunk.document_id == document_id).order_by(Chunk.ordinal)
+            )).all()
+        return self._summary(row), [
+            StoredChunk(c.id, c.parent_id, c.ordinal, c.text, c.start_char, c.end_char, c.token_count,
+                        c.chunk_metadata or {}, c.embedded)
+            for c in chunks
+        ]
+
+    async def delete_missing(self, collection: str, keep_uris: set[str]) -> list[str]:
+        """Delete the collection's documents whose source URI is not in ``keep_uris`` (prune)."""
+        async with self._db.engine.begin() as conn:
+            rows = (await conn.execute(
+                select(Document.id, Document.source_uri).join(Collection, Collection.id == Document.collection_id)
+                .where(Collection.name == collection)
+            )).all()
+            doomed = [r for r in rows if r.source_uri not in keep_uris]
+            if doomed:
+                await conn.execute(delete(Document).where(Document.id.in_([r.id for r in doomed])))
+        return sorted(r.source_uri for r in doomed)
