@@ -48,6 +48,64 @@ def chunk_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def align(text: str, pieces: list[str], max_steps: int = 100_000) -> list[int]:
+    """Start offsets of consecutive (possibly overlapping) substrings that cover ``text``.
+
+    The splitter returns chunk texts, not offsets. Each chunk starts after the previous one's start
+    and no later than its end (plus whitespace), ends after it, and together they cover the text
+    but for whitespace. In ordinary text each chunk occurs once where it can; in repetitive text
+    several placements fit locally, so this searches (depth first) for one that fits throughout.
+    """
+    if not pieces:
+        return []
+
+    def candidates(i: int, previous: tuple[int, int] | None) -> list[int]:
+        piece = pieces[i]
+        if previous is None:
+            lo, hi = 0, len(text) - len(text.lstrip())
+        else:
+            lo = previous[0] + 1
+            gap_end = previous[1] + (len(text[previous[1]:]) - len(text[previous[1]:].lstrip()))
+            hi = gap_end
+        found, at = [], text.find(piece, lo)
+        while 0 <= at <= hi:
+            if previous is None or at + len(piece) > previous[1]:
+                found.append(at)
+            at = text.find(piece, at + 1)
+        return found
+
+    stack: list[tuple[int, list[int]]] = [(0, candidates(0, None))]
+    chosen: list[int] = []
+    steps = 0
+    while stack and steps < max_steps:
+        steps += 1
+        i, options = stack[-1]
+        if not options:
+            stack.pop()
+            if chosen:
+                chosen.pop()
+            continue
+        start = options.pop(0)
+        end = start + len(pieces[i])
+        if i == len(pieces) - 1:
+            if not text[end:].strip():
+                return [*chosen, start]
+            continue
+        chosen.append(start)
+        stack.append((i + 1, candidates(i + 1, (start, end))))
+    # No consistent placement (the splitter altered text): place each at its first occurrence in order.
+    starts, cursor = [], 0
+    for piece in pieces:
+        at = text.find(piece, cursor)
+        if at < 0:
+            at = text.find(piece)
+        if at < 0:
+            raise ValueError("the splitter returned text that is not in the document")
+        starts.append(at)
+        cursor = at + 1
+    return starts
+
+
 def _heading_path(node) -> str | None:  # noqa: ANN001 - a LlamaIndex TextNode
     """'Guide > Install > Linux': the parents LlamaIndex records plus the section's own heading."""
     parents = [p for p in (node.metadata.get("header_path") or "").split("/") if p]
@@ -117,21 +175,10 @@ class Chunker:
 
     @staticmethod
     def _split(splitter, section: _Span) -> list[_Span]:  # noqa: ANN001 - a LlamaIndex splitter
-        spans: list[_Span] = []
-        cursor, previous_end = 0, 0
-        for piece in splitter.split_text(section.text):
-            # The splitter returns substrings in order. An overlapping window starts inside the
-            # previous one but must end after it, which disambiguates repeated text.
-            start = section.text.find(piece, cursor)
-            while start >= 0 and start + len(piece) <= previous_end:
-                start = section.text.find(piece, start + 1)
-            if start < 0:
-                start = section.text.find(piece)
-            if start < 0:
-                raise ValueError("the splitter returned text that is not in the document")
-            spans.append(_Span(section.start + start, piece, section.heading_path))
-            cursor, previous_end = start + 1, start + len(piece)
-        return spans
+        pieces = splitter.split_text(section.text)
+        starts = align(section.text, pieces)
+        return [_Span(section.start + start, piece, section.heading_path) for start, piece in zip(starts, pieces,
+                                                                                                  strict=True)]
 
     def _draft(self, ordinal: int, span: _Span, doc: LoadedDocument, *, embed: bool = True,
                parent_ordinal: int | None = None) -> ChunkDraft:
@@ -140,7 +187,11 @@ class Chunker:
             metadata["heading_path"] = span.heading_path
         if doc.pages:
             starts = [start for start, _ in doc.pages]
-            metadata["page"] = doc.pages[max(0, bisect.bisect_right(starts, span.start) - 1)][1]
+            first = doc.pages[max(0, bisect.bisect_right(starts, span.start) - 1)][1]
+            last = doc.pages[max(0, bisect.bisect_right(starts, span.start + len(span.text) - 1) - 1)][1]
+            metadata["page"] = first
+            if last != first:
+                metadata["page_end"] = last
         return ChunkDraft(
             ordinal=ordinal, text=span.text, start_char=span.start, end_char=span.start + len(span.text),
             token_count=len(self._tokenize(span.text)), content_hash=chunk_hash(span.text), metadata=metadata,

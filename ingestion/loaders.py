@@ -144,12 +144,14 @@ def _pdf(data: bytes, name: str) -> list[LoadedDocument]:
 
 
 def _docx(data: bytes, name: str) -> list[LoadedDocument]:
+    import zipfile
+
     import docx
     from docx.opc.exceptions import PackageNotFoundError
 
     try:
         document = docx.Document(io.BytesIO(data))
-    except (PackageNotFoundError, ValueError, KeyError) as exc:
+    except (PackageNotFoundError, zipfile.BadZipFile, ValueError, KeyError) as exc:
         raise LoadError(f"the DOCX cannot be read: {exc}") from None
     lines = []
     for paragraph in document.paragraphs:

@@ -11,7 +11,7 @@ _MONTHS = {m: i for i, m in enumerate(
      "november", "december"], start=1)}
 _MONTHS.update({m[:3]: i for m, i in list(_MONTHS.items())})
 _MONTH = (
-    r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:tember)?"
+    r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?"
     r"|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
 )
 _ISO = re.compile(r"\b((?:19|20)\d{2})-(\d{2})-(\d{2})\b")
@@ -42,13 +42,13 @@ def extract_dates(text: str) -> list[date]:
         if parsed := _safe_date(int(y), _MONTHS[month.lower()[:3]], int(d)):
             found.add(parsed)
     spans_with_day = {m.span() for m in _MONTH_DAY_YEAR.finditer(text)}
+    spans_with_day |= {m.span() for m in _DAY_MONTH_YEAR.finditer(text)}
     for month, d, y in _MONTH_DAY_YEAR.findall(text):
         if parsed := _safe_date(int(y), _MONTHS[month.lower()[:3]], int(d)):
             found.add(parsed)
     for match in _MONTH_YEAR.finditer(text):
-        # "March 2024" alone means the month; skip when it is the tail of "5 March 2024".
-        before = text[max(0, match.start() - 4):match.start()]
-        if re.search(r"\d\s*$", before) or any(s <= match.start() < e for s, e in spans_with_day):
+        # "March 2024" alone means the month; skip when it is part of "5 March 2024".
+        if any(s <= match.start() < e for s, e in spans_with_day):
             continue
         found.add(date(int(match.group(2)), _MONTHS[match.group(1).lower()[:3]], 1))
     return sorted(found)

@@ -110,17 +110,17 @@ class DocumentCatalog:
             count = count.join(Collection, Collection.id == Document.collection_id).where(
                 Collection.name == collection)
         stmt = stmt.order_by(Document.updated_at.desc(), Document.id).limit(limit).offset(offset)
-        async with self._db.connect() as conn:
-            rows = (await conn.execute(stmt)).all()
-            total = (await conn.execute(count)).scalar_one()
+        async with self._db.sessions() as session:
+            rows = (await session.execute(stmt)).all()
+            total = (await session.execute(count)).scalar_one()
         return [self._summary(r) for r in rows], total
 
     async def get(self, document_id: uuid.UUID) -> tuple[DocumentSummary, list[StoredChunk]] | None:
-        async with self._db.connect() as conn:
-            row = (await conn.execute(self._summary_select().where(Document.id == document_id))).first()
+        async with self._db.sessions() as session:
+            row = (await session.execute(self._summary_select().where(Document.id == document_id))).first()
             if row is None:
                 return None
-            chunks = (await conn.execute(
+            chunks = (await session.execute(
                 select(Chunk.id, Chunk.parent_id, Chunk.ordinal, Chunk.text, Chunk.start_char, Chunk.end_char,
                        Chunk.token_count, Chunk.metadata_.label("chunk_metadata"),
                        Chunk.embedding.is_not(None).label("embedded"))
