@@ -132,6 +132,7 @@ def ingest(
     lob: Annotated[str | None, typer.Option(help="Line of business of every document.")] = None,
     acl: Annotated[list[str] | None, typer.Option("--acl", help="Principal allowed to read (repeatable).")] = None,
     prune: Annotated[bool, typer.Option(help="Delete documents of the collection not found in PATHS.")] = False,
+    queue: Annotated[bool, typer.Option("--queue", help="Hand the work to the workers and print the job id.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Ingest files into a collection: unchanged documents are skipped, changed ones re-embed only
@@ -153,6 +154,8 @@ def ingest(
         runtime = await asyncio.to_thread(Runtime.open, settings)
         try:
             await runtime.check_schema()
+            if queue:
+                return await _enqueue_paths(runtime, options, paths)
             with _ingest_progress(quiet=as_json) as on_progress:
                 report = await runtime.ingestor().ingest_paths(paths, options, on_progress)
             return report.as_dict()
@@ -168,6 +171,9 @@ def ingest(
     if as_json:
         emit_json(result)
         return
+    if queue:
+        stderr.print(f"queued ingestion job {result['job_id']}; follow it with `ragsvc jobs show {result['job_id']}`")
+        return
     docs, chunks = result["documents"], result["chunks"]
     stderr.print(
         f"{result['files']} files in {result['seconds']:.1f} s: {docs['added']} added, {docs['updated']} updated, "
@@ -176,6 +182,77 @@ def ingest(
     )
     for error in result["errors"]:
         stderr.print(f"  [red]failed[/] {error['source']}: {error['error']}", highlight=False)
+
+
+async def _enqueue_paths(runtime: Any, options: Any, paths: list[Path]) -> dict[str, Any]:
+    from ingestion.jobs import JobRepository, enqueue, make_queue, options_to_params
+    from ingestion.loaders import walk
+
+    walk(paths)  # fail now on a missing path rather than later in the worker
+    params = options_to_params(options, [str(p.resolve()) for p in paths])
+    job_id = await JobRepository(runtime.db).create(options.collection, params)
+    queue_app = make_queue(runtime.db.url)
+    async with queue_app.open_async():
+        await enqueue(queue_app, job_id)
+    return {"job_id": str(job_id), "status": "queued"}
+
+
+@app.command()
+@handle_errors
+def worker() -> None:
+    """Consume ingestion jobs from the PostgreSQL queue until stopped (SIGTERM/Ctrl-C finish the
+    current job first). Run as many as you like, on any machine that reaches the database."""
+    from ingestion.jobs import run_worker
+    from rag_service.runtime import Runtime
+
+    settings = _settings()
+
+    async def run() -> None:
+        runtime = await asyncio.to_thread(Runtime.open, settings)
+        try:
+            await runtime.check_schema()
+            stderr.print(f"worker consuming ingestion jobs from {runtime.db.display_url}")
+            await run_worker(runtime, heartbeat_s=settings.worker_heartbeat_s,
+                             stalled_after_s=settings.job_stalled_after_s)
+        finally:
+            await runtime.close()
+
+    asyncio.run(run())
+
+
+jobs_app = typer.Typer(help="Ingestion jobs.", no_args_is_help=True)
+app.add_typer(jobs_app, name="jobs")
+
+
+@jobs_app.command("show")
+@handle_errors
+def jobs_show(job_id: Annotated[str, typer.Argument(help="Job id printed by `ingest --queue`.")],
+              as_json: JsonFlag = False) -> None:
+    """Status, progress, counts and per-file errors of one job."""
+    import uuid as uuid_module
+
+    from ingestion.jobs import JobRepository
+    from rag_service.errors import InvalidInputError
+    from rag_service.runtime import Runtime
+
+    try:
+        parsed = uuid_module.UUID(job_id)
+    except ValueError:
+        raise InvalidInputError(f"{job_id!r} is not a job id (a UUID)") from None
+    settings = _settings()
+
+    async def fetch() -> dict[str, Any]:
+        runtime = await asyncio.to_thread(Runtime.open, settings)
+        try:
+            return (await JobRepository(runtime.db).get(parsed)).__dict__
+        finally:
+            await runtime.close()
+
+    job = asyncio.run(fetch())
+    if as_json:
+        emit_json(job)
+        return
+    Console().print_json(json.dumps(job, default=str))
 
 
 @contextlib.contextmanager

@@ -67,6 +67,13 @@ class Settings(BaseSettings):
     ingest_max_file_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
     ingest_batch_documents: int = Field(default=64, ge=1, le=10_000)
 
+    # --- jobs ------------------------------------------------------------------------------------
+    serve_worker: Literal["auto", "on", "off"] = Field(
+        default="auto", description="Run an ingestion worker inside `ragsvc serve` (auto: with the embedded DB)."
+    )
+    worker_heartbeat_s: float = Field(default=10.0, gt=0)
+    job_stalled_after_s: float = Field(default=30.0, gt=0, description="A worker silent this long is dead.")
+
     # --- LLM (used by the generator and evaluator once they exist) --------------------------
     llm_base_url: str | None = None
     llm_api_key: SecretStr | None = None
@@ -127,6 +134,10 @@ class Settings(BaseSettings):
     @property
     def embedded_database(self) -> bool:
         return self.database_url is None
+
+    @property
+    def runs_serve_worker(self) -> bool:
+        return self.serve_worker == "on" or (self.serve_worker == "auto" and self.embedded_database)
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -17,7 +17,8 @@ def test_text() -> None:
 
 
 def test_markdown_front_matter_gives_title_tags_lob_and_metadata() -> None:
-    raw = b"---\ntitle: Runbook\ntags: [ops, db]\nlob: infra\nowner: alice\nreviewed: 2025-01-02\n---\n# Heading\n\nBody."
+    raw = (b"---\ntitle: Runbook\ntags: [ops, db]\nlob: infra\nowner: alice\nreviewed: 2025-01-02\n---\n"
+           b"# Heading\n\nBody.")
     [doc] = load_bytes(raw, "r.md")
     assert doc.title == "Runbook"
     assert doc.tags == ("ops", "db") and doc.lob == "infra"

@@ -1,0 +1,262 @@
+"""Ingestion jobs on a PostgreSQL queue (procrastinate).
+
+A job is a row in ``ingest_jobs`` (what was asked, progress, outcome) plus a procrastinate task
+that carries only the job id. Workers (``ragsvc worker``, or the one inside ``ragsvc serve``)
+run the task; any worker on any machine can, since uploads are stored in the database.
+
+Crash safety: the pipeline commits batch by batch and skips documents whose content hash is
+already stored, so re-running a job continues where the dead one stopped. A job whose worker
+stopped sending heartbeats is put back in the queue by :func:`recover_stalled_jobs`, which every
+worker runs periodically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from procrastinate import App, Blueprint, JobContext, PsycopgConnector
+from sqlalchemy import delete, func, insert, select, update
+
+from ingestion.loaders import LoadedDocument, LoadError, load_bytes
+from ingestion.pipeline import IngestOptions, IngestReport, Progress
+from rag_service.db.engine import Database
+from rag_service.db.models import IngestJob, IngestUpload
+from rag_service.errors import NotFoundError, RagServiceError
+
+log = logging.getLogger(__name__)
+
+TASK_NAME = "ragsvc:ingest"
+QUEUE = "ingest"
+blueprint = Blueprint()
+
+
+@dataclass(frozen=True)
+class Upload:
+    source_uri: str
+    filename: str
+    content: bytes
+    title: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class JobView:
+    id: uuid.UUID
+    collection: str
+    status: str
+    params: dict[str, Any]
+    progress: dict[str, Any]
+    report: dict[str, Any] | None
+    error: str | None
+    attempts: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class JobRepository:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def create(self, collection: str, params: dict[str, Any], uploads: list[Upload] = ()) -> uuid.UUID:
+        job_id = uuid.uuid4()
+        async with self._db.engine.begin() as conn:
+            await conn.execute(insert(IngestJob).values(
+                id=job_id, collection=collection, status="queued", params=params, progress={}, attempts=0))
+            if uploads:
+                await conn.execute(insert(IngestUpload), [
+                    {"job_id": job_id, "source_uri": u.source_uri, "filename": u.filename, "content": u.content,
+                     "title": u.title, "metadata_": u.metadata or {}}
+                    for u in uploads
+                ])
+        return job_id
+
+    async def get(self, job_id: uuid.UUID) -> JobView:
+        async with self._db.connect() as conn:
+            row = (await conn.execute(select(IngestJob.__table__).where(IngestJob.id == job_id))).first()
+        if row is None:
+            raise NotFoundError(f"no ingestion job {job_id}")
+        return JobView(**row._mapping)
+
+    async def list(self, *, limit: int = 50, offset: int = 0) -> tuple[list[JobView], int]:
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(
+                select(IngestJob.__table__).order_by(IngestJob.created_at.desc()).limit(limit).offset(offset)
+            )).all()
+            total = (await conn.execute(select(func.count()).select_from(IngestJob))).scalar_one()
+        return [JobView(**r._mapping) for r in rows], total
+
+    async def uploads(self, job_id: uuid.UUID) -> list[Upload]:
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(
+                select(IngestUpload.source_uri, IngestUpload.filename, IngestUpload.content, IngestUpload.title,
+                       IngestUpload.metadata_.label("metadata")).where(IngestUpload.job_id == job_id)
+                .order_by(IngestUpload.id)
+            )).all()
+        return [Upload(r.source_uri, r.filename, bytes(r.content), r.title, r.metadata) for r in rows]
+
+    async def _update(self, job_id: uuid.UUID, **values: Any) -> None:
+        async with self._db.engine.begin() as conn:
+            await conn.execute(update(IngestJob).where(IngestJob.id == job_id).values(**values))
+
+    async def mark_running(self, job_id: uuid.UUID) -> None:
+        await self._update(job_id, status="running", started_at=func.now(), attempts=IngestJob.attempts + 1,
+                           error=None)
+
+    async def set_progress(self, job_id: uuid.UUID, progress: dict[str, Any]) -> None:
+        await self._update(job_id, progress=progress)
+
+    async def finish(self, job_id: uuid.UUID, report: IngestReport | None, error: str | None) -> None:
+        async with self._db.engine.begin() as conn:
+            await conn.execute(update(IngestJob).where(IngestJob.id == job_id).values(
+                status="failed" if error else "succeeded", report=report.as_dict() if report else None,
+                error=error, finished_at=func.now()))
+            if error is None:
+                # Uploaded bytes are only needed until the job has succeeded.
+                await conn.execute(delete(IngestUpload).where(IngestUpload.job_id == job_id))
+
+
+def options_to_params(options: IngestOptions, paths: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "paths": paths, "format": options.format, "include": list(options.include),
+        "exclude": list(options.exclude), "prune": options.prune, "tags": list(options.tags), "lob": options.lob,
+        "acl": list(options.acl), "max_file_bytes": options.max_file_bytes,
+        "batch_documents": options.batch_documents,
+    }
+
+
+def params_to_options(collection: str, params: dict[str, Any]) -> IngestOptions:
+    return IngestOptions(
+        collection=collection, format=params.get("format", "auto"), include=tuple(params.get("include", ())),
+        exclude=tuple(params.get("exclude", ())), prune=bool(params.get("prune")),
+        tags=tuple(params.get("tags", ())), lob=params.get("lob"), acl=tuple(params.get("acl", ())),
+        max_file_bytes=int(params.get("max_file_bytes", 50 * 1024 * 1024)),
+        batch_documents=int(params.get("batch_documents", 64)),
+    )
+
+
+async def run_job(runtime: Any, job_id: uuid.UUID) -> JobView:
+    """Execute one job in this process (what the worker task does)."""
+    from pathlib import Path
+
+    jobs = JobRepository(runtime.db)
+    job = await jobs.get(job_id)
+    await jobs.mark_running(job_id)
+    options = params_to_options(job.collection, job.params)
+    latest: dict[str, Any] = {}
+
+    def on_progress(p: Progress) -> None:
+        latest.update(files_total=p.files_total, files_done=p.files_done, documents_done=p.documents_done,
+                      chunks_embedded=p.chunks_embedded, chunks_reused=p.chunks_reused,
+                      elapsed_s=round(p.elapsed_s, 2))
+
+    async def flush_progress() -> None:
+        written: dict[str, Any] = {}
+        while True:
+            if latest != written:
+                written = dict(latest)
+                await jobs.set_progress(job_id, written)
+            await asyncio.sleep(0.5)
+
+    flusher = asyncio.create_task(flush_progress())
+    try:
+        ingestor = runtime.ingestor()
+        if job.params.get("paths") is not None:
+            report = await ingestor.ingest_paths([Path(p) for p in job.params["paths"]], options, on_progress)
+        else:
+            documents, failures = [], []
+            for upload in await jobs.uploads(job_id):
+                try:
+                    for doc in load_bytes(upload.content, upload.filename, max_bytes=options.max_file_bytes):
+                        documents.append(_as_upload(doc, upload))
+                except LoadError as exc:
+                    failures.append({"source": upload.source_uri, "error": str(exc)})
+            report = await ingestor.ingest_documents(documents, options, on_progress)
+            report.files += len(failures)
+            report.failed += len(failures)
+            report.errors.extend(failures)
+    except (RagServiceError, LoadError) as exc:
+        await jobs.finish(job_id, None, str(exc))
+        return await jobs.get(job_id)
+    except Exception as exc:
+        await jobs.finish(job_id, None, f"internal error: {type(exc).__name__}: {exc}")
+        raise
+    finally:
+        flusher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await flusher
+    await jobs.set_progress(job_id, latest)
+    await jobs.finish(job_id, report, None)
+    return await jobs.get(job_id)
+
+
+def _as_upload(doc: LoadedDocument, upload: Upload) -> LoadedDocument:
+    doc.source_uri = upload.source_uri
+    if upload.title:
+        doc.title = upload.title
+    if upload.metadata:
+        doc.metadata = {**doc.metadata, **upload.metadata}
+    return doc
+
+
+@blueprint.task(name="ingest", queue=QUEUE, pass_context=True)
+async def ingest_task(context: JobContext, job_id: str) -> None:
+    runtime = context.additional_context["runtime"]
+    await run_job(runtime, uuid.UUID(job_id))
+
+
+def make_queue(url: str) -> App:
+    """A procrastinate App on the service's database (psycopg 3 pool)."""
+    conninfo = url.replace("postgresql+psycopg://", "postgresql://", 1)
+    app = App(connector=PsycopgConnector(conninfo=conninfo, min_size=1, max_size=4))
+    app.add_tasks_from(blueprint, namespace="ragsvc")
+    return app
+
+
+async def enqueue(queue: App, job_id: uuid.UUID) -> int:
+    return await queue.configure_task(name=TASK_NAME, queue=QUEUE).defer_async(job_id=str(job_id))
+
+
+async def recover_stalled_jobs(queue: App, stalled_after_s: float) -> int:
+    """Put back in the queue the jobs whose worker died (no heartbeat for ``stalled_after_s``)."""
+    stalled = await queue.job_manager.get_stalled_jobs(task_name=TASK_NAME, seconds_since_heartbeat=stalled_after_s)
+    for job in stalled:
+        log.warning("retrying ingestion task %s: its worker stopped responding", job.id)
+        await queue.job_manager.retry_job(job)
+    return len(list(stalled))
+
+
+async def run_worker(runtime: Any, *, heartbeat_s: float, stalled_after_s: float,
+                     install_signal_handlers: bool = True) -> None:
+    """Consume ingestion jobs until cancelled (or SIGTERM/SIGINT when handlers are installed)."""
+    queue = make_queue(runtime.db.url)
+    async with queue.open_async():
+
+        async def recovery_loop() -> None:
+            while True:
+                try:
+                    await recover_stalled_jobs(queue, stalled_after_s)
+                except Exception:  # a transient database error must not stop the worker
+                    log.exception("stalled-job recovery failed; will try again")
+                await asyncio.sleep(max(1.0, stalled_after_s / 2))
+
+        recovery = asyncio.create_task(recovery_loop())
+        started = time.monotonic()
+        try:
+            await queue.run_worker_async(
+                queues=[QUEUE], concurrency=1, additional_context={"runtime": runtime},
+                update_heartbeat_interval=heartbeat_s, stalled_worker_timeout=stalled_after_s,
+                install_signal_handlers=install_signal_handlers, delete_jobs="successful",
+            )
+        finally:
+            recovery.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await recovery
+            log.info("ingestion worker stopped after %.0f s", time.monotonic() - started)
