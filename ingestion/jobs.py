@@ -67,7 +67,7 @@ class JobRepository:
 
     async def create(self, collection: str, params: dict[str, Any], uploads: list[Upload] = ()) -> uuid.UUID:
         job_id = uuid.uuid4()
-        async with self._db.engine.begin() as conn:
+        async with self._db.begin() as conn:
             await conn.execute(insert(IngestJob).values(
                 id=job_id, collection=collection, status="queued", params=params, progress={}, attempts=0))
             if uploads:
@@ -103,7 +103,7 @@ class JobRepository:
         return [Upload(r.source_uri, r.filename, bytes(r.content), r.title, r.metadata) for r in rows]
 
     async def _update(self, job_id: uuid.UUID, **values: Any) -> None:
-        async with self._db.engine.begin() as conn:
+        async with self._db.begin() as conn:
             await conn.execute(update(IngestJob).where(IngestJob.id == job_id).values(**values))
 
     async def mark_running(self, job_id: uuid.UUID) -> None:
@@ -114,7 +114,7 @@ class JobRepository:
         await self._update(job_id, progress=progress)
 
     async def finish(self, job_id: uuid.UUID, report: IngestReport | None, error: str | None) -> None:
-        async with self._db.engine.begin() as conn:
+        async with self._db.begin() as conn:
             await conn.execute(update(IngestJob).where(IngestJob.id == job_id).values(
                 status="failed" if error else "succeeded", report=report.as_dict() if report else None,
                 error=error, finished_at=func.now()))

@@ -80,8 +80,13 @@ def serve(
     import uvicorn
 
     from rag_service.api import create_app
+    from rag_service.providers.embeddings import make_embedder
+    from rag_service.runtime import database_url
 
     settings = _settings()
+    # Fail here, as one clear line, rather than inside uvicorn's lifespan with a traceback.
+    make_embedder(settings)
+    database_url(settings)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal under the
     # handlers it found. With the default ones the process would die without running atexit,
     # leaving the embedded PostgreSQL running; these turn a graceful stop into a clean exit.

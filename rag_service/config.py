@@ -53,7 +53,8 @@ class Settings(BaseSettings):
     # --- embeddings ------------------------------------------------------------------------
     embedding_provider: Literal["local", "openai"] = "local"
     embedding_model: str = "all-MiniLM-L6-v2"
-    embedding_dimension: int = Field(default=384, ge=1, le=16_000)
+    # pgvector's HNSW index takes vectors of at most 2,000 dimensions.
+    embedding_dimension: int = Field(default=384, ge=1, le=2000)
     embedding_batch_size: int = Field(default=64, ge=1, le=4096)
     embedding_max_seq_length: int = Field(default=256, ge=8, le=8192)
     embedding_base_url: str | None = None
@@ -162,8 +163,9 @@ def load_settings(**overrides: object) -> Settings:
 
 
 def hide_password(url: str) -> str:
-    """The URL with its password replaced by ***, for logs and status output."""
-    return re.sub(r"(://[^:/@]*:)[^@]+@", r"\1***@", url)
+    """The URL with its password (in the authority or as ?password=) replaced by ***."""
+    masked = re.sub(r"(://[^:/@]*:)[^@]+@", r"\1***@", url)
+    return re.sub(r"([?&]password=)[^&]*", r"\1***", masked, flags=re.I)
 
 
 @lru_cache(maxsize=1)

@@ -53,6 +53,14 @@ class DatabaseUnavailableError(RagServiceError):
     title = "database unavailable"
 
 
+class DatabaseTimeoutError(RagServiceError):
+    """A query ran longer than its time limit and was cancelled."""
+
+    status_code = 504
+    exit_code = 4
+    title = "database timeout"
+
+
 class SchemaMismatchError(RagServiceError):
     """The database schema does not match this version or this configuration."""
 

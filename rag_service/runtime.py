@@ -84,6 +84,7 @@ class Runtime:
             self.embedder_error = None
 
     async def close(self) -> None:
+        await self.embedder.close()
         await self.db.dispose()
 
     async def readiness(self) -> tuple[bool, dict[str, str]]:

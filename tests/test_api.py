@@ -45,8 +45,10 @@ def test_openapi_documents_the_routes(migrated_url: str) -> None:
         assert client.get("/docs").status_code == 200
 
 
-def test_unknown_route_is_a_clean_404(migrated_url: str) -> None:
+def test_errors_are_problem_bodies(migrated_url: str) -> None:
     with TestClient(create_app(load_settings(database_url=migrated_url))) as client:
         response = client.get("/v1/nope")
         assert response.status_code == 404
-        assert response.json() == {"detail": "Not Found"}
+        assert response.headers["content-type"] == "application/problem+json"
+        assert response.json() == {"title": "not found", "status": 404, "detail": "Not Found"}
+        assert client.post("/healthz").json()["status"] == 405

@@ -36,6 +36,8 @@ def test_environment_and_dotenv_are_read(monkeypatch: pytest.MonkeyPatch, tmp_pa
     ("RAGSVC_PORT", "eighty", "RAGSVC_PORT"),
     ("RAGSVC_PORT", "70000", "RAGSVC_PORT"),
     ("RAGSVC_EMBEDDING_DIMENSION", "0", "RAGSVC_EMBEDDING_DIMENSION"),
+    ("RAGSVC_EMBEDDING_DIMENSION", "3072", "RAGSVC_EMBEDDING_DIMENSION"),
+    ("RAGSVC_CHUNK_OVERLAP", "300", "RAGSVC_CHUNK_OVERLAP"),
     ("RAGSVC_LOG_LEVEL", "LOUD", "RAGSVC_LOG_LEVEL"),
     ("RAGSVC_DATABASE_URL", "mysql://u:secret@h/d", "RAGSVC_DATABASE_URL"),
     ("RAGSVC_TEXT_SEARCH_CONFIG", "english; drop table x", "RAGSVC_TEXT_SEARCH_CONFIG"),
@@ -62,3 +64,5 @@ def test_api_keys_are_never_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_hide_password() -> None:
     assert hide_password("postgresql+psycopg://u:pw@h:5432/d") == "postgresql+psycopg://u:***@h:5432/d"
     assert hide_password("postgresql://postgres:@/db?host=/tmp") == "postgresql://postgres:@/db?host=/tmp"
+    assert hide_password("postgresql://u@h/d?sslmode=require&password=s3cret") == (
+        "postgresql://u@h/d?sslmode=require&password=***")

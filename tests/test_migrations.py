@@ -7,7 +7,7 @@ from sqlalchemy import create_engine, inspect, text
 from rag_service.config import load_settings
 from rag_service.db import migrate
 
-TABLES = {"collections", "documents", "chunks", "schema_info"}
+TABLES = {"collections", "documents", "chunks", "schema_info", "ingest_jobs", "ingest_uploads", "procrastinate_jobs"}
 
 
 def _state(url: str) -> tuple[set[str], str | None, set[str]]:

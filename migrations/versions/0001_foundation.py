@@ -26,6 +26,8 @@ depends_on: str | Sequence[str] | None = None
 
 
 def _has_extension(name: str) -> bool:
+    if op.get_context().as_sql:  # offline (--sql) mode has no server to ask
+        return False
     bind = op.get_bind()
     query = sa.text("SELECT 1 FROM pg_available_extensions WHERE name = :n")
     return bind.execute(query, {"n": name}).first() is not None

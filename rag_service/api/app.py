@@ -6,10 +6,12 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rag_service import __version__
 from rag_service.api import health
@@ -52,6 +54,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(RagServiceError)
     async def _service_error(_: Request, exc: RagServiceError) -> JSONResponse:
         return problem(exc.status_code, exc.title, str(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return problem(exc.status_code, HTTPStatus(exc.status_code).phrase.lower(), exc.detail)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem(500, "internal error", "an unexpected error occurred; it has been logged")
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -16,10 +16,12 @@ import logging
 import os
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psutil
+from psycopg.conninfo import make_conninfo
+from sqlalchemy import URL
 
 from rag_service.errors import DatabaseUnavailableError
 
@@ -31,16 +33,22 @@ DATABASE_NAME = "ragsvc"
 @dataclass(frozen=True)
 class EmbeddedServer:
     pgdata: Path
-    admin_url: str  # libpq URL of the maintenance database ("postgres")
+    socket_dir: Path
+    port: int
     pid: int
     started_in_s: float
 
+    @property
+    def admin_conninfo(self) -> str:
+        """libpq conninfo of the maintenance database ("postgres")."""
+        return make_conninfo(host=str(self.socket_dir), port=self.port, user="postgres", dbname="postgres")
+
     def url_for(self, database: str) -> str:
-        """SQLAlchemy URL (psycopg 3 driver) for a database on this server."""
-        base, _, query = self.admin_url.partition("?")
-        base = base.rsplit("/", 1)[0]
-        url = f"{base}/{database}" + (f"?{query}" if query else "")
-        return url.replace("postgresql://", "postgresql+psycopg://", 1)
+        """SQLAlchemy URL (psycopg 3 driver) for a database on this server, escaped properly
+        whatever characters the data dir path holds."""
+        url = URL.create("postgresql+psycopg", username="postgres", database=database,
+                         query={"host": str(self.socket_dir), "port": str(self.port)})
+        return url.render_as_string(hide_password=False)
 
 
 _servers: dict[Path, EmbeddedServer] = {}
@@ -80,8 +88,9 @@ def start_embedded(data_dir: Path) -> EmbeddedServer:
             with PostgresServer._lock:
                 _prune_dead_handles(pgdata)
             server = pgserver.get_server(pgdata, cleanup_mode="stop")
-        admin_url = server.get_uri("postgres")
-        pid = server.get_pid() or 0
+        info = server.get_postmaster_info()
+        embedded = EmbeddedServer(pgdata, Path(info.socket_dir or pgdata), int(info.port or 5432), info.pid or 0, 0.0)
+        _ensure_database(embedded.admin_conninfo, DATABASE_NAME)
     except Exception as exc:  # pgserver raises bare CalledProcessError/AssertionError/OSError
         log_file = pgdata / "log"
         hint = f" See the server log at {log_file}." if log_file.exists() else ""
@@ -90,18 +99,17 @@ def start_embedded(data_dir: Path) -> EmbeddedServer:
             "Set RAGSVC_DATA_DIR to a folder the current user can write (not under a mode-700 home "
             "when running as root), or set RAGSVC_DATABASE_URL to use an external PostgreSQL."
         ) from exc
-    _ensure_database(admin_url, DATABASE_NAME)
-    embedded = EmbeddedServer(pgdata, admin_url, pid, time.perf_counter() - started)
+    embedded = replace(embedded, started_in_s=time.perf_counter() - started)
     _servers[pgdata] = embedded
-    log.info("embedded PostgreSQL ready in %.2fs (pid %s, data %s)", embedded.started_in_s, pid, pgdata)
+    log.info("embedded PostgreSQL ready in %.2fs (pid %s, data %s)", embedded.started_in_s, embedded.pid, pgdata)
     return embedded
 
 
-def _ensure_database(admin_url: str, name: str) -> None:
+def _ensure_database(admin_conninfo: str, name: str) -> None:
     import psycopg
     from psycopg import sql
 
-    with psycopg.connect(admin_url, autocommit=True) as conn:
+    with psycopg.connect(admin_conninfo, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
         if not exists:
             # Another process may create it between our check and our CREATE.

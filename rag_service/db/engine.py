@@ -10,13 +10,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.exc import OperationalError
+import psycopg
+from sqlalchemy import Engine, create_engine, make_url, text
+from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 from rag_service.config import Settings, hide_password
 from rag_service.db.embedded import DATABASE_NAME, start_embedded
-from rag_service.errors import DatabaseUnavailableError
+from rag_service.errors import DatabaseTimeoutError, DatabaseUnavailableError, InvalidInputError
 
 
 def resolve_database_url(settings: Settings) -> str:
@@ -24,6 +25,26 @@ def resolve_database_url(settings: Settings) -> str:
     if settings.database_url:
         return settings.database_url
     return start_embedded(settings.data_dir).url_for(DATABASE_NAME)
+
+
+def libpq_conninfo(url: str) -> str:
+    """A libpq key=value string for a SQLAlchemy URL (for clients other than SQLAlchemy)."""
+    parsed = make_url(url)
+    params = {"host": parsed.host, "port": parsed.port, "user": parsed.username, "password": parsed.password,
+              "dbname": parsed.database, **{k: v for k, v in parsed.query.items() if isinstance(v, str)}}
+    return psycopg.conninfo.make_conninfo(**{k: v for k, v in params.items() if v not in (None, "")})
+
+
+def translate_db_error(exc: Exception, display_url: str) -> Exception:
+    """The service error for a database exception, or the exception itself when it is a bug."""
+    orig = getattr(exc, "orig", None)
+    if isinstance(orig, psycopg.errors.QueryCanceled):
+        return DatabaseTimeoutError(f"the database query was cancelled after its time limit: {orig}")
+    if isinstance(exc, OperationalError):
+        return DatabaseUnavailableError(f"cannot reach PostgreSQL at {display_url}: {orig or exc}")
+    if isinstance(exc, IntegrityError | DataError):
+        return InvalidInputError(f"the database refused the data: {str(orig or exc).splitlines()[0]}")
+    return exc
 
 
 def _connect_args(settings: Settings) -> dict[str, object]:
@@ -60,12 +81,30 @@ class Database:
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[AsyncConnection]:
-        """A connection, with connection failures translated to DatabaseUnavailableError."""
+        """A connection (reads); database errors are translated to service errors."""
         try:
             async with self.engine.connect() as conn:
                 yield conn
-        except OperationalError as exc:
-            raise DatabaseUnavailableError(f"cannot reach PostgreSQL at {self.display_url}: {exc.orig}") from exc
+        except (OperationalError, IntegrityError, DataError) as exc:
+            raise translate_db_error(exc, self.display_url) from exc
+
+    @asynccontextmanager
+    async def begin(self) -> AsyncIterator[AsyncConnection]:
+        """A connection in a transaction committed on success (writes); errors translated."""
+        try:
+            async with self.engine.begin() as conn:
+                yield conn
+        except (OperationalError, IntegrityError, DataError) as exc:
+            raise translate_db_error(exc, self.display_url) from exc
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[AsyncSession]:
+        """An ORM session (reads); errors translated."""
+        try:
+            async with self.sessions() as session:
+                yield session
+        except (OperationalError, IntegrityError, DataError) as exc:
+            raise translate_db_error(exc, self.display_url) from exc
 
     async def ping(self) -> None:
         async with self.connect() as conn:

@@ -9,13 +9,13 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 import migrations
 from rag_service.config import Settings, hide_password
-from rag_service.db.engine import make_sync_engine
-from rag_service.errors import DatabaseUnavailableError, InvalidInputError, SchemaMismatchError
+from rag_service.db.engine import make_sync_engine, translate_db_error
+from rag_service.errors import InvalidInputError, SchemaMismatchError
 
 
 def alembic_config(url: str, settings: Settings | None = None) -> Config:
@@ -33,13 +33,16 @@ def _run(action: str, url: str, settings: Settings, revision: str) -> str | None
     engine = make_sync_engine(url, settings)
     try:
         with engine.begin() as conn:
+            # Two processes starting on a fresh database (serve + ingest, or replicas) would both
+            # try to create the schema; the second waits here and then finds nothing to do.
+            conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('rag-service migrations'))"))
             cfg.attributes["connection"] = conn
             (command.upgrade if action == "upgrade" else command.downgrade)(cfg, revision)
             return current_revision(conn)
     except CommandError as exc:
         raise InvalidInputError(f"cannot {action} to {revision!r}: {exc}") from exc
     except OperationalError as exc:
-        raise DatabaseUnavailableError(f"cannot reach PostgreSQL at {hide_password(url)}: {exc.orig}") from exc
+        raise translate_db_error(exc, hide_password(url)) from exc
     except SQLAlchemyError as exc:
         raise SchemaMismatchError(f"{action} to {revision} failed and was rolled back: {exc.orig or exc}") from exc
     finally:

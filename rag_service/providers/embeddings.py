@@ -102,6 +102,9 @@ class LocalEmbedder:
     async def warm_up(self) -> None:
         await asyncio.to_thread(self.encode, ["warm-up"])
 
+    async def close(self) -> None:
+        """Nothing to release: the model stays loaded for the life of the process."""
+
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         return await asyncio.to_thread(self.encode, texts)
 
@@ -132,6 +135,9 @@ class OpenAIEmbedder:
 
     async def warm_up(self) -> None:
         await self.embed(["warm-up"])
+
+    async def close(self) -> None:
+        await self._client.close()
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         from openai import OpenAIError

@@ -110,13 +110,13 @@ class DocumentCatalog:
             count = count.join(Collection, Collection.id == Document.collection_id).where(
                 Collection.name == collection)
         stmt = stmt.order_by(Document.updated_at.desc(), Document.id).limit(limit).offset(offset)
-        async with self._db.sessions() as session:
+        async with self._db.session() as session:
             rows = (await session.execute(stmt)).all()
             total = (await session.execute(count)).scalar_one()
         return [self._summary(r) for r in rows], total
 
     async def get(self, document_id: uuid.UUID) -> tuple[DocumentSummary, list[StoredChunk]] | None:
-        async with self._db.sessions() as session:
+        async with self._db.session() as session:
             row = (await session.execute(self._summary_select().where(Document.id == document_id))).first()
             if row is None:
                 return None
@@ -134,7 +134,7 @@ class DocumentCatalog:
 
     async def delete_missing(self, collection: str, keep_uris: set[str]) -> list[str]:
         """Delete the collection's documents whose source URI is not in ``keep_uris`` (prune)."""
-        async with self._db.engine.begin() as conn:
+        async with self._db.begin() as conn:
             rows = (await conn.execute(
                 select(Document.id, Document.source_uri).join(Collection, Collection.id == Document.collection_id)
                 .where(Collection.name == collection)

@@ -30,7 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REGCONFIG, insert
 from sqlalchemy.dialects.postgresql import TEXT as PG_TEXT
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.base import Executable
@@ -60,6 +60,17 @@ class SchemaInfo:
     embedding_dimension: int
     text_search_config: str
     has_trgm: bool
+
+
+def strip_nul(value: Any) -> Any:
+    """PostgreSQL text and jsonb cannot hold NUL characters; drop them wherever they hide."""
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, dict):
+        return {strip_nul(k): strip_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strip_nul(v) for v in value]
+    return value
 
 
 def build_filter(flt: SearchFilter) -> list[ColumnElement[bool]]:
@@ -141,7 +152,7 @@ class PgVectorStore:
             async with self._db.connect() as conn:
                 try:
                     rows = dict((await conn.execute(text("SELECT key, value FROM schema_info"))).all())
-                except DBAPIError as exc:
+                except ProgrammingError as exc:
                     raise SchemaMismatchError(
                         "the database has no rag-service schema; run `ragsvc db upgrade`"
                     ) from exc
@@ -155,7 +166,7 @@ class PgVectorStore:
     # --- writes --------------------------------------------------------------------------
 
     async def upsert_document(self, document: DocumentRecord) -> uuid.UUID:
-        async with self._db.engine.begin() as conn:
+        async with self._db.begin() as conn:
             return await self._upsert_document(conn, document, {})
 
     async def _upsert_document(
@@ -167,10 +178,10 @@ class PgVectorStore:
             "id": document.id,
             "collection_id": collections[document.collection],
             "source_uri": document.source_uri,
-            "title": document.title,
+            "title": strip_nul(document.title),
             "content_hash": document.content_hash,
             "version": document.version,
-            "metadata": document.metadata,
+            "metadata": strip_nul(document.metadata),
             "acl": list(document.acl) or [PUBLIC_PRINCIPAL],
             "lob": document.lob,
             "tags": list(document.tags),
@@ -191,7 +202,7 @@ class PgVectorStore:
     async def upsert_chunks(self, chunks: Sequence[ChunkRecord]) -> int:
         if not chunks:
             return 0
-        async with self._db.engine.begin() as conn:
+        async with self._db.begin() as conn:
             return await self._write_chunks(conn, chunks)
 
     async def replace_documents(self, items: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord]]]) -> int:
@@ -199,7 +210,7 @@ class PgVectorStore:
         a reader (or a crash) sees every document either entirely old or entirely new."""
         if not items:
             return 0
-        async with self._db.engine.begin() as conn:
+        async with self._db.begin() as conn:
             collections: dict[str, int] = {}
             for document, _ in items:
                 stored_id = await self._upsert_document(conn, document, collections)
@@ -236,6 +247,16 @@ class PgVectorStore:
                 "(SELECT 1 FROM documents d WHERE d.id = t.document_id)"
             )
             orphans = (await cur.fetchone())[0]
+            await cur.execute(
+                "SELECT count(*) FROM _chunks_in t WHERE t.parent_id IS NOT NULL "
+                "AND NOT EXISTS (SELECT 1 FROM _chunks_in p WHERE p.id = t.parent_id) "
+                "AND NOT EXISTS (SELECT 1 FROM chunks p WHERE p.id = t.parent_id)"
+            )
+            missing_parents = (await cur.fetchone())[0]
+            if missing_parents:
+                raise InvalidInputError(
+                    f"{missing_parents} chunks name a parent_id that is neither in the batch nor stored"
+                )
             if orphans:
                 # Raising inside the transaction rolls the whole batch back.
                 raise InvalidInputError(
@@ -262,13 +283,13 @@ class PgVectorStore:
                 )
             embedding = np.asarray(chunk.embedding, dtype=np.float32)
         return (
-            chunk.id, chunk.document_id, chunk.parent_id, chunk.ordinal, chunk.text.replace("\x00", ""),
-            chunk.start_char, chunk.end_char, chunk.token_count, chunk.content_hash, Jsonb(chunk.metadata),
+            chunk.id, chunk.document_id, chunk.parent_id, chunk.ordinal, strip_nul(chunk.text),
+            chunk.start_char, chunk.end_char, chunk.token_count, chunk.content_hash, Jsonb(strip_nul(chunk.metadata)),
             embedding,
         )
 
     async def delete_document(self, document_id: uuid.UUID) -> bool:
-        async with self._db.engine.begin() as conn:
+        async with self._db.begin() as conn:
             result = await conn.execute(delete(Document).where(Document.id == document_id))
             return result.rowcount > 0
 
@@ -301,7 +322,10 @@ class PgVectorStore:
         _check_top_k(top_k)
         if len(embedding) != dim:
             raise InvalidInputError(f"query embedding has {len(embedding)} dimensions; the store holds {dim}")
-        distance = Chunk.embedding.cosine_distance(np.asarray(embedding, dtype=np.float32))
+        vector = np.asarray(embedding, dtype=np.float32)
+        if not np.isfinite(vector).all() or not np.any(vector):
+            raise InvalidInputError("query embedding must be finite and not all zeros (cosine is undefined)")
+        distance = Chunk.embedding.cosine_distance(vector)
         return (
             self._base_select(1 - distance)
             .where(Chunk.embedding.is_not(None), *build_filter(flt))
@@ -331,7 +355,7 @@ class PgVectorStore:
         rank = func.ts_rank_cd(Chunk.tsv, tsquery)
         stmt = (
             self._base_select(cast(rank, Float))
-            .where(Chunk.tsv.op("@@")(tsquery), *build_filter(flt))
+            .where(Chunk.tsv.op("@@")(tsquery), Chunk.embedding.is_not(None), *build_filter(flt))
             .order_by(rank.desc(), Chunk.id)
             .limit(top_k)
         )
@@ -381,11 +405,21 @@ class PgVectorStore:
         score = cast(occurrences, Float)
         stmt = (
             self._base_select(score)
-            .where(matches, *build_filter(flt))
+            .where(matches, Chunk.embedding.is_not(None), *build_filter(flt))
             .order_by(score.desc(), Chunk.document_id, Chunk.ordinal)
             .limit(top_k)
         )
         async with self._db.connect() as conn:
+            if mode == "regex":
+                # PostgreSQL's regex dialect (ARE) is what runs: let it judge the pattern.
+                try:
+                    await conn.execute(text("SELECT '' ~ :p"), {"p": pattern})
+                except DBAPIError as exc:
+                    await conn.rollback()
+                    raise InvalidInputError(
+                        f"invalid regex {pattern!r}: {str(exc.orig).splitlines()[0]}. Patterns use PostgreSQL "
+                        "syntax (\\y for a word boundary, no named groups)"
+                    ) from None
             await conn.execute(text(f"SET LOCAL statement_timeout = {int(self._pattern_timeout_ms)}"))
             try:
                 rows = (await conn.execute(stmt)).all()

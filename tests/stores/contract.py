@@ -230,6 +230,7 @@ class VectorStoreContract:
 
     @pytest.mark.parametrize("pattern, mode, message", [
         ("(", "regex", "invalid regex"),
+        ("(?P<n>x)", "regex", "invalid regex"),
         (r"(a)\1", "regex", "back-references"),
         ("x" * 300, "literal", "limit"),
         ("   ", "literal", "empty"),
@@ -320,3 +321,49 @@ class VectorStoreContract:
             await store.replace_documents([(v3, chunks_for(v3, ["third walrus"])), (other, broken)])
         assert [h.text for h in await store.text_search("walrus", flt, 10)] == ["new walrus"]
         assert await store.text_search("other", flt, 10) == []
+
+    async def test_regex_word_boundaries_use_the_store_dialect(self, store: VectorStore, corpus) -> None:
+        hits = await store.pattern_search(r"\yE-4012\y", ALL, 10, mode="regex")
+        assert {corpus[h.document_id].key for h in hits} == {"pg", "merger"}
+
+    async def test_parent_chunks_are_stored_but_never_searched(self, store: VectorStore, embed) -> None:
+        collection = f"c-{uuid.uuid4().hex[:8]}"
+        doc = DocumentRecord(collection=collection, source_uri="test://tree", content_hash="t")
+        parent = ChunkRecord(document_id=doc.id, ordinal=0, text="quokka parent context", start_char=0,
+                             end_char=21, token_count=3, content_hash="p")
+        child = ChunkRecord(document_id=doc.id, parent_id=parent.id, ordinal=1, text="quokka child",
+                            start_char=0, end_char=12, token_count=2, content_hash="c", embedding=embed("quokka"))
+        await store.replace_documents([(doc, [parent, child])])
+        flt = SearchFilter(collection=collection)
+        results = await self.run_all(store, flt, "quokka", embed("quokka"))
+        results["pattern"] = await store.pattern_search("quokka", flt, 5)
+        for strategy, hits in results.items():
+            assert [h.chunk_id for h in hits] == [child.id], strategy
+        assert results["pattern"][0].parent_id == parent.id
+
+    async def test_unknown_parent_is_refused(self, store: VectorStore, embed) -> None:
+        doc = DocumentRecord(collection="kb-parents", source_uri="test://orphan-child", content_hash="o")
+        child = ChunkRecord(document_id=doc.id, parent_id=uuid.uuid4(), ordinal=0, text="x", start_char=0,
+                            end_char=1, token_count=1, content_hash="x", embedding=embed("x"))
+        with pytest.raises(InvalidInputError, match="parent_id"):
+            await store.replace_documents([(doc, [child])])
+
+    async def test_nul_characters_are_dropped_not_fatal(self, store: VectorStore, embed) -> None:
+        collection = f"c-{uuid.uuid4().hex[:8]}"
+        doc = DocumentRecord(collection=collection, source_uri="test://nul", content_hash="n", title="a\x00b",
+                             metadata={"k\x00": "v\x00", "list": ["x\x00"]})
+        chunk = ChunkRecord(document_id=doc.id, ordinal=0, text="nul\x00byte", start_char=0, end_char=8,
+                            token_count=2, content_hash="n", metadata={"m": "\x00"}, embedding=embed("nul byte"))
+        await store.replace_documents([(doc, [chunk])])
+        [hit] = await store.pattern_search("nulbyte", SearchFilter(collection=collection), 5)
+        assert hit.title == "ab" and hit.metadata == {"m": ""}
+
+    async def test_reusing_a_document_id_for_another_source_is_refused(self, store: VectorStore) -> None:
+        doc = DocumentRecord(collection="kb-ids", source_uri="test://first", content_hash="f")
+        await store.upsert_document(doc)
+        with pytest.raises(InvalidInputError):
+            await store.upsert_document(doc.model_copy(update={"source_uri": "test://second"}))
+
+    async def test_degenerate_query_vectors_are_refused(self, store: VectorStore) -> None:
+        with pytest.raises(InvalidInputError, match="zeros"):
+            await store.vector_search([0.0] * 384, ALL, 5)

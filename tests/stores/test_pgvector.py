@@ -6,6 +6,7 @@ import uuid
 
 import numpy as np
 import pytest
+from sqlalchemy import text
 
 from rag_service.db.engine import Database
 from rag_service.domain import ChunkRecord, DocumentRecord, SearchFilter
@@ -25,9 +26,12 @@ class TestPgVectorStore(VectorStoreContract):
 
 
 def _random_unit_vectors(rng: np.random.Generator, n: int, dim: int = 384) -> np.ndarray:
-    # Clustered, like real embeddings: 50 topic centres plus noise.
+    """Shaped like sentence embeddings: a shared direction (they are anisotropic), 50 overlapping
+    topics, and per-text noise. Fully separated random clusters would instead split the HNSW
+    graph into islands, which real embeddings do not."""
+    common = rng.normal(size=dim)
     centres = rng.normal(size=(50, dim))
-    vectors = centres[rng.integers(0, 50, size=n)] + 0.6 * rng.normal(size=(n, dim))
+    vectors = 0.8 * common + centres[rng.integers(0, 50, size=n)] + 1.2 * rng.normal(size=(n, dim))
     return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
 
 
@@ -52,8 +56,6 @@ async def test_vector_search_uses_the_hnsw_index_at_realistic_size(databases) ->
                 for i in range(per_doc)
             ])
         async with db.engine.begin() as conn:
-            from sqlalchemy import text
-
             await conn.execute(text("ANALYZE chunks; ANALYZE documents"))
         query = vectors[123] + 0.05 * rng.normal(size=384).astype(np.float32)
         flt = SearchFilter(collection="big", principals=("team-b",))
@@ -73,12 +75,14 @@ async def test_vector_search_uses_the_hnsw_index_at_realistic_size(databases) ->
         await db.dispose()
 
 
-async def test_selective_filter_falls_back_to_exact_search(databases, local_embedder) -> None:
+async def test_selective_filter_falls_back_to_exact_search(databases) -> None:
     """A filter that keeps few rows must still return them all, though HNSW filters late."""
-    url = databases.create()
-    from rag_service.config import load_settings
+    from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-    db = Database.from_settings(load_settings(database_url=url), url=url)
+    url = databases.create()
+    # Make the planner take the HNSW index even for this small table, as it would for a big one.
+    engine = create_async_engine(url, connect_args={"options": "-c enable_seqscan=off -c enable_bitmapscan=off"})
+    db = Database(url=url, engine=engine, sessions=async_sessionmaker(engine))
     store = PgVectorStore(db, ef_search=10)
     try:
         rng = np.random.default_rng(3)
@@ -89,11 +93,23 @@ async def test_selective_filter_falls_back_to_exact_search(databases, local_embe
                         content_hash=str(i), embedding=vectors[i].tolist()) for i in range(2000)])
         rare = await store.upsert_document(DocumentRecord(collection="c", source_uri="test://rare", content_hash="r",
                                                           tags=("rare",)))
-        rare_ids = {uuid.uuid4() for _ in range(5)}
+        rare_ids = [uuid.uuid4() for _ in range(5)]
         await store.upsert_chunks([
             ChunkRecord(id=cid, document_id=rare, ordinal=i, text=f"r{i}", start_char=0, end_char=2, token_count=1,
                         content_hash=f"r{i}", embedding=(-vectors[i]).tolist()) for i, cid in enumerate(rare_ids)])
-        hits = await store.vector_search(vectors[0].tolist(), SearchFilter(tags_any=("rare",)), 5)
-        assert {h.chunk_id for h in hits} == rare_ids
+        # With these indexes the planner would (rightly) find the 5 rows first; without them it
+        # takes the HNSW index, as it does on big tables when it misjudges a filter.
+        async with db.engine.begin() as conn:
+            await conn.execute(text("DROP INDEX ix_chunks_document_ordinal; DROP INDEX ix_documents_tags"))
+        flt = SearchFilter(tags_any=("rare",))
+        statement = store.vector_query(vectors[0].tolist(), flt, 5, 384)
+        assert "ix_chunks_embedding_hnsw" in await store.explain(statement)
+        async with db.connect() as conn:
+            await conn.execute(text("SET LOCAL hnsw.ef_search = 10"))
+            index_only = (await conn.execute(statement)).all()
+        assert len(index_only) < 5, "the index scan alone misses rows that the filter keeps"
+
+        hits = await store.vector_search(vectors[0].tolist(), flt, 5)
+        assert {h.chunk_id for h in hits} == set(rare_ids)
     finally:
         await db.dispose()
