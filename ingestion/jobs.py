@@ -26,7 +26,7 @@ from sqlalchemy import delete, func, insert, select, update
 
 from ingestion.loaders import LoadedDocument, LoadError, load_bytes
 from ingestion.pipeline import IngestOptions, IngestReport, Progress
-from rag_service.db.engine import Database
+from rag_service.db.engine import Database, libpq_conninfo
 from rag_service.db.models import IngestJob, IngestUpload
 from rag_service.errors import NotFoundError, RagServiceError
 
@@ -73,7 +73,7 @@ class JobRepository:
             if uploads:
                 await conn.execute(insert(IngestUpload), [
                     {"job_id": job_id, "source_uri": u.source_uri, "filename": u.filename, "content": u.content,
-                     "title": u.title, "metadata_": u.metadata or {}}
+                     "title": u.title, "metadata": u.metadata or {}}
                     for u in uploads
                 ])
         return job_id
@@ -214,8 +214,7 @@ async def ingest_task(context: JobContext, job_id: str) -> None:
 
 def make_queue(url: str) -> App:
     """A procrastinate App on the service's database (psycopg 3 pool)."""
-    conninfo = url.replace("postgresql+psycopg://", "postgresql://", 1)
-    app = App(connector=PsycopgConnector(conninfo=conninfo, min_size=1, max_size=4))
+    app = App(connector=PsycopgConnector(conninfo=libpq_conninfo(url), min_size=1, max_size=4))
     app.add_tasks_from(blueprint, namespace="ragsvc")
     return app
 

@@ -10,11 +10,12 @@ from http import HTTPStatus
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rag_service import __version__
-from rag_service.api import health
+from rag_service.api import documents, health
 from rag_service.config import Settings, get_settings
 from rag_service.errors import RagServiceError
 from rag_service.runtime import Runtime
@@ -33,14 +34,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from ingestion.jobs import make_queue, run_worker
+
         runtime = await asyncio.to_thread(Runtime.open, settings)
         app.state.runtime = runtime
         # The model loads in the background: /healthz answers at once, /readyz says "loading".
-        warm_up = asyncio.create_task(runtime.warm_up_embedder())
+        background = [asyncio.create_task(runtime.warm_up_embedder())]
+        queue = make_queue(runtime.db.url)
+        await queue.open_async()
+        app.state.queue = queue
+        if settings.runs_serve_worker:
+            # One command is enough on the embedded defaults: jobs run inside the server.
+            background.append(asyncio.create_task(run_worker(
+                runtime, heartbeat_s=settings.worker_heartbeat_s, stalled_after_s=settings.job_stalled_after_s,
+                install_signal_handlers=False)))
         try:
             yield
         finally:
-            warm_up.cancel()
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            await queue.close_async()
             await runtime.close()
 
     app = FastAPI(
@@ -50,6 +64,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.include_router(health.router)
+    app.include_router(documents.router)
+
+    def openapi() -> dict:
+        # Bodies read by hand (multipart or JSON on one route) reference schemas FastAPI does not
+        # see in any signature; add them so /docs and clients know the shape.
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for model in documents.BODY_MODELS:
+                components[model.__name__] = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi
 
     @app.exception_handler(RagServiceError)
     async def _service_error(_: Request, exc: RagServiceError) -> JSONResponse:
