@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from procrastinate import App, Blueprint, JobContext, PsycopgConnector
+from procrastinate import App, JobContext, PsycopgConnector
+from procrastinate import tasks as procrastinate_tasks
 from sqlalchemy import delete, func, insert, select, update
 
 from ingestion.loaders import LoadedDocument, LoadError, load_bytes
@@ -32,9 +33,11 @@ from rag_service.errors import NotFoundError, RagServiceError
 
 log = logging.getLogger(__name__)
 
-TASK_NAME = "ragsvc:ingest"
+TASK_NAME = "ingest"
 QUEUE = "ingest"
-blueprint = Blueprint()
+# Tasks are registered once, on this connector-less template; each database gets a copy through
+# ``with_connector`` (registering a blueprint on several apps renames its tasks every time).
+_TEMPLATE = App(connector=PsycopgConnector())
 
 
 @dataclass(frozen=True)
@@ -206,7 +209,7 @@ def _as_upload(doc: LoadedDocument, upload: Upload) -> LoadedDocument:
     return doc
 
 
-@blueprint.task(name="ingest", queue=QUEUE, pass_context=True)
+@_TEMPLATE.task(name=TASK_NAME, queue=QUEUE, pass_context=True)
 async def ingest_task(context: JobContext, job_id: str) -> None:
     runtime = context.additional_context["runtime"]
     await run_job(runtime, uuid.UUID(job_id))
@@ -214,13 +217,13 @@ async def ingest_task(context: JobContext, job_id: str) -> None:
 
 def make_queue(url: str) -> App:
     """A procrastinate App on the service's database (psycopg 3 pool)."""
-    app = App(connector=PsycopgConnector(conninfo=libpq_conninfo(url), min_size=1, max_size=4))
-    app.add_tasks_from(blueprint, namespace="ragsvc")
-    return app
+    return _TEMPLATE.with_connector(PsycopgConnector(conninfo=libpq_conninfo(url), min_size=1, max_size=4))
 
 
 async def enqueue(queue: App, job_id: uuid.UUID) -> int:
-    return await queue.configure_task(name=TASK_NAME, queue=QUEUE).defer_async(job_id=str(job_id))
+    # Through this app's own job manager: the registered Task object belongs to the template.
+    deferrer = procrastinate_tasks.configure_task(name=TASK_NAME, job_manager=queue.job_manager, queue=QUEUE)
+    return await deferrer.defer_async(job_id=str(job_id))
 
 
 async def recover_stalled_jobs(queue: App, stalled_after_s: float) -> int:

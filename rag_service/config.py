@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     # --- embeddings ------------------------------------------------------------------------
     embedding_provider: Literal["local", "openai"] = "local"
     embedding_model: str = "all-MiniLM-L6-v2"
+    embedding_backend: Literal["onnx", "torch"] = Field(
+        default="onnx", description="Local model runtime: onnx (faster) or torch (sentence-transformers)."
+    )
     # pgvector's HNSW index takes vectors of at most 2,000 dimensions.
     embedding_dimension: int = Field(default=384, ge=1, le=2000)
     embedding_batch_size: int = Field(default=64, ge=1, le=4096)

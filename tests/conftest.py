@@ -110,10 +110,18 @@ async def database(migrated_url: str) -> AsyncIterator[Database]:
 
 
 @pytest.fixture(scope="session")
-def local_embedder():
-    """The real local model, loaded once per session."""
+def model_cache() -> Iterator[Path]:
+    """Where the ONNX export of the local model is cached for the session."""
+    path = scratch_dir("ragsvc-models-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def local_embedder(model_cache: Path):
+    """The real local model (default ONNX backend), loaded once per session."""
     from rag_service.providers.embeddings import LocalEmbedder
 
-    embedder = LocalEmbedder(batch_size=32)
+    embedder = LocalEmbedder(batch_size=32, cache_dir=model_cache)
     embedder.encode(["load"])
     return embedder

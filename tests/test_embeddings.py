@@ -15,8 +15,9 @@ from rag_service.errors import ConfigError, ProviderError
 from rag_service.providers.embeddings import Embedder, LocalEmbedder, OpenAIEmbedder, make_embedder
 
 
-def test_local_model_loads_offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Loading must not open a single network connection."""
+@pytest.mark.parametrize("backend", ["onnx", "torch"])
+def test_local_model_loads_offline(monkeypatch: pytest.MonkeyPatch, tmp_path, backend: str) -> None:
+    """Loading (and the one-time ONNX export) must not open a single network connection."""
     real_connect = socket.socket.connect
 
     def no_network(self: socket.socket, address: object) -> None:
@@ -25,10 +26,21 @@ def test_local_model_loads_offline(monkeypatch: pytest.MonkeyPatch) -> None:
         real_connect(self, address)
 
     monkeypatch.setattr(socket.socket, "connect", no_network)
-    embedder = LocalEmbedder()
+    embedder = LocalEmbedder(backend=backend, cache_dir=tmp_path / "models")
     vectors = embedder.encode(["offline"])
     assert vectors.shape == (1, 384)
     assert isinstance(embedder, Embedder)
+
+
+def test_onnx_backend_gives_the_reference_vectors(local_embedder: LocalEmbedder) -> None:
+    """Same vectors as sentence-transformers (the reference), padded batches included."""
+    texts = ["a", "How do I reset my password?", "word " * 300, "Émile's café — naïve façade ✓",
+             "PostgreSQL with pgvector " * 20, "\n\n  spaced   out  \t text  "]
+    reference = LocalEmbedder(backend="torch").encode(texts)
+    onnx = local_embedder.encode(texts)
+    assert local_embedder.backend == "onnx"
+    cosines = (reference * onnx).sum(axis=1)
+    assert cosines.min() > 0.9999, cosines
 
 
 def test_vectors_are_normalised(local_embedder: LocalEmbedder) -> None:

