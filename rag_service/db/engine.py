@@ -6,8 +6,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 
 import psycopg
@@ -79,32 +79,33 @@ class Database:
     def display_url(self) -> str:
         return hide_password(self.url)
 
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        try:
+            yield
+        except (OperationalError, IntegrityError, DataError) as exc:
+            raise translate_db_error(exc, self.display_url) from exc
+
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[AsyncConnection]:
         """A connection (reads); database errors are translated to service errors."""
-        try:
+        with self._translated():
             async with self.engine.connect() as conn:
                 yield conn
-        except (OperationalError, IntegrityError, DataError) as exc:
-            raise translate_db_error(exc, self.display_url) from exc
 
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[AsyncConnection]:
         """A connection in a transaction committed on success (writes); errors translated."""
-        try:
+        with self._translated():
             async with self.engine.begin() as conn:
                 yield conn
-        except (OperationalError, IntegrityError, DataError) as exc:
-            raise translate_db_error(exc, self.display_url) from exc
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[AsyncSession]:
         """An ORM session (reads); errors translated."""
-        try:
+        with self._translated():
             async with self.sessions() as session:
                 yield session
-        except (OperationalError, IntegrityError, DataError) as exc:
-            raise translate_db_error(exc, self.display_url) from exc
 
     async def ping(self) -> None:
         async with self.connect() as conn:

@@ -88,10 +88,14 @@ def export_onnx(target: Path) -> Path:
 
 
 class OnnxMiniLM:
-    """Tokenise with the model's own tokenizer, sort by length, batch by a token budget, run ORT."""
+    """Tokenise with the model's own tokenizer, sort by length, batch by a token budget, run ORT.
+
+    Small batches are fastest here: on 256-token chunks, 2 cores, a budget of 1,024 tokens (4
+    chunks) gave 88 chunks/s against 74 at 4,096 and 63 at 16,384 (activations stay in cache).
+    """
 
     def __init__(self, cache_dir: Path, *, max_seq_length: int = 256, batch_size: int = 64,
-                 tokens_per_batch: int = 16_384) -> None:
+                 tokens_per_batch: int = 1024) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -103,6 +107,9 @@ class OnnxMiniLM:
         options = ort.SessionOptions()
         options.intra_op_num_threads = os.cpu_count() or 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # Idle ORT threads otherwise busy-wait, taking the CPU that chunking and writing need when
+        # they run beside the model (ingestion); measured no slower alone (69 vs 67 chunks/s).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self._tokenizer.enable_truncation(max_seq_length)

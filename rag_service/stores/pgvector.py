@@ -167,33 +167,35 @@ class PgVectorStore:
 
     async def upsert_document(self, document: DocumentRecord) -> uuid.UUID:
         async with self._db.begin() as conn:
-            return await self._upsert_document(conn, document, {})
+            return (await self._upsert_documents(conn, [document]))[0]
 
-    async def _upsert_document(
-        self, conn: AsyncConnection, document: DocumentRecord, collections: dict[str, int]
-    ) -> uuid.UUID:
-        if document.collection not in collections:
-            collections[document.collection] = await self._ensure_collection(conn, document.collection)
-        values = {
-            "id": document.id,
-            "collection_id": collections[document.collection],
-            "source_uri": document.source_uri,
-            "title": strip_nul(document.title),
-            "content_hash": document.content_hash,
-            "version": document.version,
-            "metadata": strip_nul(document.metadata),
-            "acl": list(document.acl) or [PUBLIC_PRINCIPAL],
-            "lob": document.lob,
-            "tags": list(document.tags),
-            "effective_date": document.effective_date,
-        }
-        stmt = insert(Document.__table__).values(**values)
-        updated = {k: stmt.excluded[k] for k in values if k not in ("id", "collection_id", "source_uri")}
-        stmt = stmt.on_conflict_do_update(
-            constraint="uq_documents_collection_source",
-            set_={**updated, "updated_at": func.now()},
-        ).returning(Document.__table__.c.id)
-        return (await conn.execute(stmt)).scalar_one()
+    async def _upsert_documents(self, conn: AsyncConnection, documents: Sequence[DocumentRecord]) -> list[uuid.UUID]:
+        """Insert or update documents by (collection, source_uri) in one statement; their stored ids."""
+        collections: dict[str, int] = {}
+        for name in dict.fromkeys(d.collection for d in documents):
+            collections[name] = await self._ensure_collection(conn, name)
+        rows = [
+            {
+                "id": d.id, "collection_id": collections[d.collection], "source_uri": d.source_uri,
+                "title": strip_nul(d.title), "content_hash": d.content_hash, "version": d.version,
+                "metadata": strip_nul(d.metadata), "acl": list(d.acl) or [PUBLIC_PRINCIPAL], "lob": d.lob,
+                "tags": list(d.tags), "effective_date": d.effective_date,
+            }
+            for d in documents
+        ]
+        keys = {(r["collection_id"], r["source_uri"]) for r in rows}
+        if len(keys) != len(rows):
+            raise InvalidInputError("a batch names the same source_uri twice in one collection")
+        table = Document.__table__
+        stored: dict[tuple[int, str], uuid.UUID] = {}
+        for start in range(0, len(rows), 1000):  # PostgreSQL takes at most 65,535 parameters
+            stmt = insert(table).values(rows[start:start + 1000])
+            updated = {k: stmt.excluded[k] for k in rows[0] if k not in ("id", "collection_id", "source_uri")}
+            stmt = stmt.on_conflict_do_update(
+                constraint="uq_documents_collection_source", set_={**updated, "updated_at": func.now()},
+            ).returning(table.c.id, table.c.collection_id, table.c.source_uri)
+            stored.update({(r.collection_id, r.source_uri): r.id for r in await conn.execute(stmt)})
+        return [stored[(r["collection_id"], r["source_uri"])] for r in rows]
 
     async def _ensure_collection(self, conn: AsyncConnection, name: str) -> int:
         await conn.execute(insert(Collection).values(name=name).on_conflict_do_nothing(index_elements=["name"]))
@@ -211,9 +213,8 @@ class PgVectorStore:
         if not items:
             return 0
         async with self._db.begin() as conn:
-            collections: dict[str, int] = {}
-            for document, _ in items:
-                stored_id = await self._upsert_document(conn, document, collections)
+            stored_ids = await self._upsert_documents(conn, [document for document, _ in items])
+            for (document, _), stored_id in zip(items, stored_ids, strict=True):
                 if stored_id != document.id:
                     raise InvalidInputError(
                         f"{document.source_uri} is stored as document {stored_id}, not {document.id}; "
