@@ -65,6 +65,8 @@ class IngestReport:
     chunks_reused: int = 0
     errors: list[dict[str, str]] = field(default_factory=list)
     seconds: float = 0.0
+    # Sources that could not be read: their stored documents must survive --prune.
+    unreadable: set[str] = field(default_factory=set)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -194,8 +196,12 @@ class Ingestor:
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
         if options.prune:
-            deleted = await self._catalog.delete_missing(options.collection, seen)
-            report.deleted = len(deleted)
+            if "*" in report.unreadable:
+                report.errors.append({"source": "--prune", "error": "skipped: a corpus file could not be read "
+                                      "whole, so which documents are gone is unknown"})
+            else:
+                deleted = await self._catalog.delete_missing(options.collection, seen | report.unreadable)
+                report.deleted = len(deleted)
         report.seconds = time.perf_counter() - started
         if progress:
             progress(Progress(len(inputs), len(inputs), len(seen), report.chunks_embedded, report.chunks_reused,
@@ -322,6 +328,7 @@ class Ingestor:
                             if isinstance(item, LoadError):
                                 report.failed += 1
                                 report.errors.append({"source": str(source.path), "error": str(item)})
+                                report.unreadable.add("*")  # a bad row's _id is unknown
                                 continue
                             if item.title:
                                 item.text = f"{item.title}\n\n{item.text}" if item.text else item.title
@@ -341,6 +348,9 @@ class Ingestor:
             except (LoadError, OSError, UnicodeDecodeError) as exc:
                 report.failed += 1
                 report.errors.append({"source": str(source.path), "error": str(exc)})
+                # A BEIR file holds many documents under other URIs: none of them may be pruned.
+                is_corpus = options.format == "beir" or source.path.suffix == ".jsonl"
+                report.unreadable.add("*" if is_corpus else source.uri)
 
 
 def _first_line(text: str) -> str | None:

@@ -114,6 +114,13 @@ async def test_prune_deletes_documents_no_longer_present(runtime: Runtime, tmp_p
     assert total == 2
     assert await runtime.store.text_search("zebras", SearchFilter(collection="prune"), 5) == []
 
+    # A file that exists but cannot be read now keeps its stored document.
+    (docs / "manual.pdf").write_bytes(b"%PDF-1.4 truncated")
+    report = await ingestor.ingest_paths([docs], IngestOptions(collection="prune", prune=True))
+    assert report.deleted == 0 and report.failed == 3
+    _, total = await runtime.catalog.list("prune")
+    assert total == 2
+
 
 async def test_beir_corpus_uses_ids_as_source_uris(runtime: Runtime, tmp_path: Path) -> None:
     corpus = tmp_path / "corpus.jsonl"
@@ -153,3 +160,17 @@ async def test_hierarchical_ingest_stores_parents_without_vectors(migrated_url: 
         assert all(c.parent_id in {p.id for p in parents} for c in children)
     finally:
         await rt.close()
+
+
+async def test_prune_is_skipped_when_a_corpus_row_cannot_be_read(runtime: Runtime, tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    rows = [{"_id": "a", "text": "alpha text"}, {"_id": "b", "text": "beta text"}]
+    corpus.write_text("\n".join(json.dumps(r) for r in rows))
+    options = IngestOptions(collection="beir-prune", format="beir", prune=True)
+    await runtime.ingestor().ingest_paths([corpus], options)
+    corpus.write_text(json.dumps(rows[0]) + "\n{broken row")
+    report = await runtime.ingestor().ingest_paths([corpus], options)
+    assert report.deleted == 0
+    assert any(e["source"] == "--prune" and "skipped" in e["error"] for e in report.errors)
+    _, total = await runtime.catalog.list("beir-prune")
+    assert total == 2
