@@ -46,7 +46,7 @@ def _settings() -> Settings:
     )
     if settings.log_level != "DEBUG":
         # Both narrate every step at INFO; their warnings and errors still show.
-        for chatty in ("pgserver", "alembic"):
+        for chatty in ("pgserver", "alembic", "procrastinate"):
             logging.getLogger(chatty).setLevel(logging.WARNING)
     return settings
 
