@@ -30,6 +30,7 @@ from ingestion.pipeline import IngestOptions, IngestReport, Progress
 from rag_service.db.engine import Database, libpq_conninfo
 from rag_service.db.models import IngestJob, IngestUpload
 from rag_service.errors import NotFoundError, RagServiceError
+from rag_service.stores.pgvector import strip_nul
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +76,8 @@ class JobRepository:
                 id=job_id, collection=collection, status="queued", params=params, progress={}, attempts=0))
             if uploads:
                 await conn.execute(insert(IngestUpload), [
-                    {"job_id": job_id, "source_uri": u.source_uri, "filename": u.filename, "content": u.content,
-                     "title": u.title, "metadata": u.metadata or {}}
+                    {"job_id": job_id, "source_uri": strip_nul(u.source_uri), "filename": strip_nul(u.filename),
+                     "content": u.content, "title": strip_nul(u.title), "metadata": strip_nul(u.metadata or {})}
                     for u in uploads
                 ])
         return job_id
@@ -177,8 +178,10 @@ async def run_job(runtime: Any, job_id: uuid.UUID) -> JobView:
             documents, failures = [], []
             for upload in await jobs.uploads(job_id):
                 try:
-                    for doc in load_bytes(upload.content, upload.filename, max_bytes=options.max_file_bytes):
-                        documents.append(_as_upload(doc, upload))
+                    # Parsing runs in a thread: a long PDF must not stall the worker's heartbeat.
+                    loaded = await asyncio.to_thread(load_bytes, upload.content, upload.filename,
+                                                     max_bytes=options.max_file_bytes)
+                    documents.extend(_as_upload(doc, upload) for doc in loaded)
                 except LoadError as exc:
                     failures.append({"source": upload.source_uri, "error": str(exc)})
             report = await ingestor.ingest_documents(documents, options, on_progress)
@@ -220,10 +223,15 @@ def make_queue(url: str) -> App:
     return _TEMPLATE.with_connector(PsycopgConnector(conninfo=libpq_conninfo(url), min_size=1, max_size=4))
 
 
-async def enqueue(queue: App, job_id: uuid.UUID) -> int:
+async def enqueue(queue: App, job_id: uuid.UUID, jobs: JobRepository) -> int:
+    """Put the job in the queue; if that fails, the job row says so instead of staying 'queued'."""
     # Through this app's own job manager: the registered Task object belongs to the template.
     deferrer = procrastinate_tasks.configure_task(name=TASK_NAME, job_manager=queue.job_manager, queue=QUEUE)
-    return await deferrer.defer_async(job_id=str(job_id))
+    try:
+        return await deferrer.defer_async(job_id=str(job_id))
+    except Exception as exc:
+        await jobs.finish(job_id, None, f"could not be queued: {type(exc).__name__}: {exc}")
+        raise
 
 
 async def recover_stalled_jobs(queue: App, stalled_after_s: float) -> int:

@@ -69,6 +69,8 @@ def _markdown(data: bytes, name: str) -> list[LoadedDocument]:
     tags = meta.pop("tags", ()) or ()
     if isinstance(tags, str):
         tags = [t.strip() for t in tags.split(",") if t.strip()]
+    elif not isinstance(tags, list | tuple):
+        tags = [tags]
     title = meta.pop("title", None)
     lob = meta.pop("lob", None)
     text = post.content
@@ -98,7 +100,7 @@ def _html(data: bytes, name: str) -> list[LoadedDocument]:
     lines: list[str] = []
     for element in body.find_all(["h1", "h2", "h3", "h4", "h5", "h6", "p", "li", "pre", "td", "th", "blockquote",
                                   "dt", "dd", "figcaption"]):
-        if element.find_parent(["p", "li", "td", "th", "blockquote", "dd"]) is not None and element.name != "li":
+        if element.find_parent(["p", "li", "td", "th", "blockquote", "dd"]) is not None:
             continue  # nested inside a block we already take whole
         text = " ".join(element.get_text(" ", strip=True).split())
         if not text:
@@ -178,11 +180,12 @@ def iter_beir(lines: Iterable[str], name: str) -> Iterator[LoadedDocument | Load
             continue
         try:
             row = json.loads(line)
-            doc_id, text = str(row["_id"]), row.get("text") or ""
-        except (ValueError, KeyError, TypeError) as exc:
+            doc_id, text, title = str(row["_id"]), row.get("text") or "", row.get("title") or None
+            if not isinstance(text, str) or not (title is None or isinstance(title, str)):
+                raise TypeError("text and title must be strings")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             yield LoadError(f"{name} line {number}: not a BEIR corpus row ({exc})")
             continue
-        title = row.get("title") or None
         if not text.strip() and not title:
             yield LoadError(f"{name} line {number} (_id {doc_id}): no title and no text")
             continue
@@ -207,7 +210,12 @@ def load_bytes(data: bytes, name: str, *, max_bytes: int | None = None) -> list[
         raise LoadError(
             f"unsupported file type {suffix or '(none)'!r}; supported: {supported}, .jsonl with --format beir"
         )
-    return loader(data, name)
+    try:
+        return loader(data, name)
+    except LoadError:
+        raise
+    except Exception as exc:  # parsers of untrusted files fail in many ways; one file must not stop a run
+        raise LoadError(f"{name} could not be parsed as {suffix}: {type(exc).__name__}: {exc}") from None
 
 
 @dataclass(frozen=True)

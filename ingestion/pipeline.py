@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -228,9 +228,17 @@ class Ingestor:
 
     async def _prepare_group(self, group: list[tuple[LoadedDocument, int]], options: IngestOptions,
                              report: IngestReport, seen: set[str]) -> _Batch:
-        hashed = [(doc, document_hash(doc, options, self._signature)) for doc, _ in group]
-        for doc, _ in hashed:
+        hashed = []
+        for doc, _ in group:
+            if doc.source_uri in seen:
+                # A second document under the same URI in one run would overwrite the first and,
+                # in one batch, break it: the first one wins and the repeat is reported.
+                report.failed += 1
+                report.errors.append({"source": doc.source_uri,
+                                      "error": "the same source URI appears twice in this ingest; kept the first"})
+                continue
             seen.add(doc.source_uri)
+            hashed.append((doc, document_hash(doc, options, self._signature)))
         states = await self._catalog.states(options.collection, [doc.source_uri for doc, _ in hashed])
         changed = []
         for doc, digest in hashed:
@@ -272,7 +280,8 @@ class Ingestor:
             collection=options.collection, source_uri=doc.source_uri, title=doc.title or _first_line(doc.text),
             content_hash=digest, version=state.version + 1 if state else 1, metadata=metadata,
             acl=options.acl, lob=doc.lob or options.lob, tags=tuple(dict.fromkeys((*options.tags, *doc.tags))),
-            effective_date=datetime.fromisoformat(str(effective)) if effective else doc.modified_at,
+            effective_date=(datetime.fromisoformat(str(effective)).replace(tzinfo=UTC) if effective
+                            else doc.modified_at),
         )
 
     async def _write(self, batch: _Batch, report: IngestReport) -> None:

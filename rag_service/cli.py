@@ -195,10 +195,11 @@ async def _enqueue_paths(runtime: Any, options: Any, paths: list[Path]) -> dict[
 
     walk(paths)  # fail now on a missing path rather than later in the worker
     params = options_to_params(options, [str(p.resolve()) for p in paths])
-    job_id = await JobRepository(runtime.db).create(options.collection, params)
+    jobs = JobRepository(runtime.db)
+    job_id = await jobs.create(options.collection, params)
     queue_app = make_queue(runtime.db.url)
     async with queue_app.open_async():
-        await enqueue(queue_app, job_id)
+        await enqueue(queue_app, job_id, jobs)
     return {"job_id": str(job_id), "status": "queued"}
 
 

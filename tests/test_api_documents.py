@@ -85,11 +85,24 @@ def test_json_documents_and_reingest(client: TestClient) -> None:
     (dict(content=b"{not json", headers={"content-type": "application/json"}), 422, "invalid document JSON"),
     (dict(data={"collection": "c"}, files=[("other", ("a.txt", b"x", "text/plain"))]), 422, "'files'"),
     (dict(files=[("files", ("big.txt", b"x" * 200_001, "text/plain"))]), 413, "limit"),
+    (dict(files=[("files", ("a.txt", b"x", "text/plain")), ("files", ("a.txt", b"y", "text/plain"))]), 422,
+     "repeated"),
 ])
 def test_malformed_requests_say_what_to_fix(client: TestClient, kwargs, status, fragment) -> None:
     response = client.post("/v1/documents", **kwargs)
     assert response.status_code == status, response.text
     assert fragment in str(response.json()["detail"])
+
+
+def test_nul_characters_in_json_are_dropped(client: TestClient) -> None:
+    doc = {"source_uri": "nul\u0000.txt", "text": "bytes\u0000here", "title": "t\u0000",
+           "metadata": {"k": "v\u0000"}, "collection": "nul"}
+    response = client.post("/v1/documents", json=doc)
+    assert response.status_code == 202, response.text
+    job = _wait_job(client, response.json()["status_url"])
+    assert job["status"] == "succeeded" and job["report"]["documents"]["added"] == 1
+    [stored] = client.get("/v1/documents", params={"collection": "nul"}).json()["data"]
+    assert stored["source_uri"] == "nul.txt" and stored["title"] == "t"
 
 
 def test_path_and_query_validation(client: TestClient) -> None:

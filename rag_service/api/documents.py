@@ -144,8 +144,13 @@ async def create_documents(request: Request, runtime: RuntimeDep) -> JSONRespons
         raise InvalidInputError("send multipart/form-data with 'files', or application/json documents")
     options = IngestOptions(collection=collection, tags=tuple(tags), lob=lob, acl=tuple(acl),
                             max_file_bytes=limit, batch_documents=runtime.settings.ingest_batch_documents)
-    job_id = await JobRepository(runtime.db).create(collection, options_to_params(options), uploads)
-    await enqueue(request.app.state.queue, job_id)
+    uris = [u.source_uri for u in uploads]
+    repeated = sorted({uri for uri in uris if uris.count(uri) > 1})
+    if repeated:
+        raise InvalidInputError(f"each document needs its own source_uri (file name); repeated: {repeated[:5]}")
+    jobs = JobRepository(runtime.db)
+    job_id = await jobs.create(collection, options_to_params(options), uploads)
+    await enqueue(request.app.state.queue, job_id, jobs)
     url = f"/v1/jobs/{job_id}"
     body = JobAccepted(job_id=job_id, status="queued", status_url=url)
     return JSONResponse(body.model_dump(mode="json"), status_code=202, headers={"Location": url})

@@ -64,6 +64,7 @@ def test_docx_headings_become_markdown() -> None:
     (b"not a zip", "c.docx", "DOCX"),
     (b"data", "x.exe", "unsupported file type '.exe'"),
     (b"---\ntitle: [unclosed\n---\nbody", "f.md", "front matter"),
+    (b"PK\x03\x04" + b"\x00" * 30, "z.docx", "DOCX"),
 ])
 def test_bad_files_fail_with_a_reason(data: bytes, name: str, message: str) -> None:
     with pytest.raises(LoadError, match=message):
@@ -101,3 +102,31 @@ def test_walk_recurses_with_globs(tmp_path: Path) -> None:
     assert walk([tmp_path / "a.md"])[0].uri == (tmp_path / "a.md").resolve().as_uri()
     with pytest.raises(LoadError, match="does not exist"):
         walk([tmp_path / "missing"])
+
+
+def test_corrupt_docx_xml_is_a_load_error() -> None:
+    import io
+    import zipfile
+
+    from tests.ingestion.files import make_docx
+
+    good = zipfile.ZipFile(io.BytesIO(make_docx([("text", None)])))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as broken:
+        for item in good.infolist():
+            data = good.read(item)
+            broken.writestr(item, b"<w:document><unclosed" if item.filename == "word/document.xml" else data)
+    with pytest.raises(LoadError, match="z.docx"):
+        load_bytes(out.getvalue(), "z.docx")
+
+
+def test_odd_front_matter_and_rows_do_not_crash() -> None:
+    [doc] = load_bytes(b"---\ntags: 5\n---\nbody", "t.md")
+    assert doc.tags == ("5",)
+    items = list(iter_beir([json.dumps({"_id": 1, "text": 123}), json.dumps({"_id": 2, "title": ["x"]})], "c"))
+    assert all(isinstance(i, LoadError) for i in items)
+
+
+def test_nested_list_items_are_not_repeated() -> None:
+    [doc] = load_bytes(b"<ul><li>outer<ul><li>inner</li></ul></li><li>two</li></ul>", "l.html")
+    assert doc.text.count("inner") == 1 and "two" in doc.text

@@ -174,3 +174,15 @@ async def test_prune_is_skipped_when_a_corpus_row_cannot_be_read(runtime: Runtim
     assert any(e["source"] == "--prune" and "skipped" in e["error"] for e in report.errors)
     _, total = await runtime.catalog.list("beir-prune")
     assert total == 2
+
+
+async def test_a_repeated_source_uri_is_reported_not_fatal(runtime: Runtime, tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    rows = [{"_id": "same", "text": "first copy"}, {"_id": "other", "text": "other text"},
+            {"_id": "same", "text": "second copy"}]
+    corpus.write_text("\n".join(json.dumps(r) for r in rows))
+    report = await runtime.ingestor().ingest_paths([corpus], IngestOptions(collection="dupes", format="beir"))
+    assert (report.added, report.failed) == (2, 1)
+    assert "twice" in report.errors[0]["error"]
+    hits = await runtime.store.text_search("copy", SearchFilter(collection="dupes"), 5)
+    assert [h.text for h in hits] == ["first copy"]
