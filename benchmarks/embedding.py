@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -76,6 +77,7 @@ def main() -> None:
             results[f"{backend}_load_s"] = round(load_s, 2)
             label = "token budget 1024" if backend == "onnx" else f"batch {batch_size}"
             print(f"{backend:>5} {label:>17}: {len(chunks) / seconds:7.1f} chunks/s ({seconds:.1f} s)")
+    shutil.rmtree(cache, ignore_errors=True)
     if "onnx" in vectors and "torch" in vectors:
         cosines = (vectors["onnx"] * vectors["torch"]).sum(axis=1)
         results["onnx_vs_torch_min_cosine"] = round(float(cosines.min()), 6)
