@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import logging
 import time
@@ -210,14 +211,9 @@ class Ingestor:
 
     async def _prepare(self, docs: Iterator[tuple[LoadedDocument, int]], options: IngestOptions,
                        report: IngestReport, seen: set[str]) -> AsyncIterator[_Batch]:
-        sentinel = object()
         while True:
-            group: list[tuple[LoadedDocument, int]] = []
-            while len(group) < options.batch_documents:
-                item = await asyncio.to_thread(next, docs, sentinel)
-                if item is sentinel:
-                    break
-                group.append(item)
+            # One thread hop per batch: reading and parsing files stay off the event loop.
+            group = await asyncio.to_thread(lambda: list(itertools.islice(docs, options.batch_documents)))
             if not group:
                 return
             batch = await self._prepare_group(group, options, report, seen)

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -20,7 +19,7 @@ from rag_service.config import Settings
 from rag_service.db import migrate
 from rag_service.db.engine import Database, resolve_database_url
 from rag_service.errors import RagServiceError, SchemaMismatchError
-from rag_service.providers.embeddings import Embedder, LocalEmbedder, OpenAIEmbedder, make_embedder
+from rag_service.providers.embeddings import LocalEmbedder, OpenAIEmbedder, make_embedder
 from rag_service.stores.catalog import DocumentCatalog
 from rag_service.stores.pgvector import PgVectorStore
 
@@ -42,7 +41,6 @@ class Runtime:
     db: Database
     store: PgVectorStore
     embedder: LocalEmbedder | OpenAIEmbedder
-    started_at: float = field(default_factory=time.monotonic)
     embedder_ready: bool = False
     embedder_error: str | None = None
 
@@ -150,4 +148,3 @@ class Runtime:
         }
 
 
-__all__ = ["Embedder", "Runtime", "database_url"]
