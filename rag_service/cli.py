@@ -226,6 +226,67 @@ def worker() -> None:
     asyncio.run(run())
 
 
+@app.command()
+@handle_errors
+def search(
+    query: Annotated[str, typer.Argument(help="What to look for (quote it).")],
+    collection: Annotated[str, typer.Option("--collection", "-c", help="Collection to search.")] = "default",
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="Results to return.", min=1, max=100)] = 10,
+    strategy: Annotated[list[str] | None, typer.Option(
+        help="semantic, keyword, metadata or pattern (repeatable; default: the configured set).")] = None,
+    tag: Annotated[list[str] | None, typer.Option(help="Only documents with any of these tags (repeatable).")] = None,
+    lob: Annotated[str | None, typer.Option(help="Only documents of this line of business.")] = None,
+    principal: Annotated[list[str] | None, typer.Option(
+        help="Caller principal for documents with an ACL (repeatable).")] = None,
+    rerank: Annotated[bool | None, typer.Option("--rerank/--no-rerank", help="Default: as configured.")] = None,
+    adaptive: Annotated[bool | None, typer.Option("--adaptive/--no-adaptive",
+                                                  help="Default: as configured.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Search a collection: strategies run concurrently, are fused (RRF) and reranked. Shows each
+    hit's source, score and rank per strategy; --json adds text, offsets and the loop's iterations."""
+    from pydantic import ValidationError
+
+    from rag_service.errors import InvalidInputError
+    from rag_service.pipeline.retrieval.search import SearchFilters, SearchRequest
+    from rag_service.pipeline.retrieval.search import search as run_search
+    from rag_service.runtime import Runtime
+
+    try:
+        request = SearchRequest(
+            query=query, collection=collection, top_k=top_k, strategies=strategy or None,
+            filters=SearchFilters(tags_any=tag or [], lob=lob), principals=principal or [],
+            rerank=rerank, adaptive=adaptive,
+        )
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in exc.errors())
+        raise InvalidInputError(problems) from None
+    settings = _settings()
+
+    async def run() -> dict[str, Any]:
+        runtime = await asyncio.to_thread(Runtime.open, settings)
+        try:
+            return (await run_search(runtime.retriever, runtime.store, request)).model_dump(mode="json")
+        finally:
+            await runtime.close()
+
+    result = asyncio.run(run())
+    if as_json:
+        emit_json(result)
+        return
+    table = Table(title=f"{len(result['results'])} results for {query!r} in {collection} "
+                        f"({result['elapsed_ms']:.0f} ms, confidence {result['confidence']:.2f})")
+    for column in ("#", "score", "source", "ranks", "text"):
+        table.add_column(column, overflow="fold" if column == "text" else "ellipsis")
+    for hit in result["results"]:
+        ranks = " ".join(f"{name}:{rank}" for name, rank in hit["ranks"].items())
+        snippet = " ".join(hit["text"].split())[:160]
+        table.add_row(str(hit["rank"]), f"{hit['score']:.3f}", hit["source_uri"], ranks, snippet)
+    Console().print(table)
+    if result["rerank"] and result["rerank"]["error"]:
+        stderr.print(f"[yellow]reranker[/]: {result['rerank']['error']}")
+
+
 jobs_app = typer.Typer(help="Ingestion jobs.", no_args_is_help=True)
 app.add_typer(jobs_app, name="jobs")
 

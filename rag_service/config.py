@@ -71,6 +71,39 @@ class Settings(BaseSettings):
     ingest_max_file_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
     ingest_batch_documents: int = Field(default=64, ge=1, le=10_000)
 
+    # --- retrieval ---------------------------------------------------------------------------
+    retrieval_strategies: str = Field(
+        default="semantic,keyword,pattern,metadata",
+        description="Strategies a search runs when the request names none (comma-separated).",
+    )
+    retrieval_candidates: int = Field(default=100, ge=1, le=1000, description="Depth of each strategy's list.")
+    rrf_k: float = Field(default=60.0, ge=0, description="Reciprocal-rank fusion constant.")
+    fusion_weights: dict[str, float] = Field(
+        default_factory=lambda: {"semantic": 1.0, "keyword": 1.0, "pattern": 1.0, "metadata": 0.5},
+        description='Weight of each strategy in the fusion, as JSON: {"semantic": 1, "keyword": 1}.',
+    )
+    keyword_scoring: Literal["bm25", "ts_rank_cd"] = "bm25"
+    bm25_k1: float = Field(default=1.2, ge=0, le=10)
+    bm25_b: float = Field(default=0.75, ge=0, le=1)
+    semantic_exact_below: int = Field(
+        default=0, ge=0, description="Exact (not HNSW) vector search below this many chunks; 0 = always HNSW."
+    )
+    metadata_order: Literal["newest", "oldest", "relevance"] = "newest"
+    reranker: Literal["auto", "local", "cohere", "none"] = Field(
+        default="auto", description="auto: Cohere when RAGSVC_COHERE_API_KEY is set, else the local ranker."
+    )
+    rerank_top_n: int = Field(
+        default=200, ge=1, le=2000, description="Fused candidates the reranker orders (the rest keep their order)."
+    )
+    rerank_timeout_s: float = Field(default=2.0, gt=0)
+    cohere_api_key: SecretStr | None = None
+    cohere_base_url: str | None = None
+    cohere_rerank_model: str = "rerank-v3.5"
+    adaptive_retrieval: bool = True
+    adaptive_min_confidence: float = Field(default=0.5, ge=0, le=1)
+    adaptive_max_iterations: int = Field(default=3, ge=1, le=10)
+    adaptive_time_budget_ms: float = Field(default=400.0, gt=0)
+
     # --- jobs ------------------------------------------------------------------------------------
     serve_worker: Literal["auto", "on", "off"] = Field(
         default="auto", description="Run an ingestion worker inside `ragsvc serve` (auto: with the embedded DB)."
@@ -117,6 +150,22 @@ class Settings(BaseSettings):
             raise ValueError("must be a PostgreSQL text search configuration name such as 'english' or 'simple'")
         return value
 
+    @field_validator("retrieval_strategies")
+    @classmethod
+    def _check_strategies(cls, value: str) -> str:
+        names = [n.strip() for n in value.split(",") if n.strip()]
+        unknown = sorted(set(names) - {"semantic", "keyword", "metadata", "pattern"})
+        if not names or unknown:
+            raise ValueError("must list strategies from: semantic, keyword, metadata, pattern")
+        return ",".join(dict.fromkeys(names))
+
+    @field_validator("fusion_weights")
+    @classmethod
+    def _check_weights(cls, value: dict[str, float]) -> dict[str, float]:
+        if any(w < 0 for w in value.values()):
+            raise ValueError("fusion weights must be >= 0")
+        return value
+
     @model_validator(mode="after")
     def _check_providers(self) -> Settings:
         if self.embedding_provider == "openai" and not (self.embedding_base_url or self.llm_base_url):
@@ -131,9 +180,22 @@ class Settings(BaseSettings):
             raise ValueError(
                 "RAGSVC_CHUNK_SIZE must not exceed RAGSVC_EMBEDDING_MAX_SEQ_LENGTH: the model would cut chunks short"
             )
+        if self.reranker == "cohere" and self.cohere_api_key is None:
+            raise ValueError("RAGSVC_RERANKER=cohere needs RAGSVC_COHERE_API_KEY")
         if self.embedding_provider == "local" and self.embedding_dimension != 384:
             raise ValueError("the local embedding model (all-MiniLM-L6-v2) has RAGSVC_EMBEDDING_DIMENSION=384")
         return self
+
+    @property
+    def default_strategies(self) -> tuple[str, ...]:
+        return tuple(self.retrieval_strategies.split(","))
+
+    @property
+    def reranker_kind(self) -> str:
+        """The reranker in use: 'auto' resolved by whether a Cohere key is set."""
+        if self.reranker == "auto":
+            return "cohere" if self.cohere_api_key is not None else "local"
+        return self.reranker
 
     @property
     def embedded_database(self) -> bool:

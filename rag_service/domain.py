@@ -9,6 +9,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 JsonScalar = str | int | float | bool | None
+# Collection names as the API and CLI accept them.
+COLLECTION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$"
 
 
 class DocumentRecord(BaseModel):

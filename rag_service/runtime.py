@@ -55,6 +55,12 @@ class Runtime:
     def catalog(self) -> DocumentCatalog:
         return DocumentCatalog(self.db)
 
+    @cached_property
+    def retriever(self):  # noqa: ANN201 - the pipeline sits above this module; imported lazily
+        from rag_service.pipeline.retrieval.retriever import build_retriever
+
+        return build_retriever(self.settings, self.store, self.embedder)
+
     def ingestor(self):  # noqa: ANN201 - ingestion sits above this module; imported lazily
         from ingestion.chunking import Chunker, model_tokenizer
         from ingestion.pipeline import Ingestor

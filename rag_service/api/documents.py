@@ -12,11 +12,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from rag_service.api.deps import RuntimeDep
+from rag_service.domain import COLLECTION_PATTERN
 from rag_service.errors import InvalidInputError, NotFoundError, RagServiceError
 
 router = APIRouter(prefix="/v1", tags=["documents"])
-
-COLLECTION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$"
 
 
 class DocumentCreate(BaseModel):

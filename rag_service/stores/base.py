@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+import numpy as np
+
 from rag_service.domain import ChunkRecord, DocumentRecord, SearchFilter, SearchHit
 
 PatternMode = Literal["literal", "regex"]
@@ -48,12 +50,22 @@ class VectorStore(Protocol):
         """Delete a document and all its chunks; False when it did not exist."""
         ...
 
-    async def vector_search(self, embedding: Sequence[float], flt: SearchFilter, top_k: int) -> list[SearchHit]:
-        """Nearest chunks by cosine similarity (score = 1 - cosine distance)."""
+    async def vector_search(
+        self, embedding: Sequence[float], flt: SearchFilter, top_k: int, *, exact: bool = False
+    ) -> list[SearchHit]:
+        """Nearest chunks by cosine similarity (score = 1 - cosine distance); ``exact`` skips the
+        approximate index (worth it on small collections)."""
         ...
 
     async def text_search(self, query: str, flt: SearchFilter, top_k: int) -> list[SearchHit]:
         """Full-text match (web-search syntax: quotes, OR, -exclusions), best first."""
+        ...
+
+    async def keyword_search(
+        self, query: str, flt: SearchFilter, top_k: int, *, k1: float = 1.2, b: float = 0.75
+    ) -> list[SearchHit]:
+        """Okapi BM25 over the query's terms (any term may match); web-search operators in the
+        query ("phrase", OR, -word) restrict the matches as in ``text_search``."""
         ...
 
     async def metadata_search(
@@ -64,10 +76,27 @@ class VectorStore(Protocol):
 
     async def pattern_search(
         self, pattern: str, flt: SearchFilter, top_k: int, mode: PatternMode = "literal",
-        case_sensitive: bool = False,
+        case_sensitive: bool = False, prefilter: str | None = None,
     ) -> list[SearchHit]:
         """Chunks containing a literal string or matching a (validated, time-bounded) regex;
-        score = number of occurrences."""
+        score = number of occurrences. ``prefilter`` is a phrase the chunk must also match in
+        full text, which lets the store use its text index instead of scanning every chunk."""
+        ...
+
+    async def chunks_by_id(
+        self, chunk_ids: Sequence[uuid.UUID], *, with_embeddings: bool = False
+    ) -> dict[uuid.UUID, tuple[SearchHit, np.ndarray | None]]:
+        """Stored chunks (parents included) by id, with embeddings when asked; unknown ids are absent."""
+        ...
+
+    async def embeddings_by_id(self, chunk_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, np.ndarray]:
+        """Stored embeddings by chunk id; chunks without one (parents, unknown ids) are absent."""
+        ...
+
+    async def collection_exists(self, name: str) -> bool: ...
+
+    async def searchable_chunks(self, collection: str | None) -> int:
+        """How many searchable chunks a collection (or the whole store) holds; cheap to ask."""
         ...
 
     async def counts(self) -> StoreCounts: ...

@@ -7,6 +7,7 @@ temporary table and one INSERT ... ON CONFLICT, so a batch is a handful of round
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,11 +17,14 @@ import numpy as np
 from pgvector.psycopg import register_vector_async
 from psycopg.types.json import Jsonb
 from sqlalchemy import (
+    CTE,
     Float,
     Numeric,
     Select,
+    bindparam,
     case,
     cast,
+    column,
     delete,
     func,
     literal,
@@ -30,6 +34,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REGCONFIG, insert
 from sqlalchemy.dialects.postgresql import TEXT as PG_TEXT
+from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.ext.compiler import compiles
@@ -53,6 +58,8 @@ MAX_TOP_K = 1000
 # covers public and restricted documents, and PostgreSQL estimates it from the column's element
 # statistics (an OR with cardinality() = 0 was estimated at 0.5% and steered plans off HNSW).
 PUBLIC_PRINCIPAL = "*"
+# websearch_to_tsquery syntax beyond plain words: "phrases", OR, -exclusions.
+_WEBSEARCH_OPERATORS = re.compile(r'"|\bOR\b|(?:^|\s)-\w')
 
 
 @dataclass(frozen=True)
@@ -73,11 +80,12 @@ def strip_nul(value: Any) -> Any:
     return value
 
 
-def build_filter(flt: SearchFilter) -> list[ColumnElement[bool]]:
-    """WHERE clauses for a SearchFilter over ``chunks`` joined to ``documents``."""
+def build_filter(flt: SearchFilter, *, scope_chunks: bool = True) -> list[ColumnElement[bool]]:
+    """WHERE clauses for a SearchFilter over ``chunks`` joined to ``documents``. With
+    ``scope_chunks=False`` only the clauses on ``documents`` (the caller scopes the collection)."""
     d = Document.__table__.c
     clauses: list[ColumnElement[bool]] = []
-    if flt.collection is not None:
+    if flt.collection is not None and scope_chunks:
         collection_id = select(Collection.id).where(Collection.name == flt.collection).scalar_subquery()
         clauses.append(Chunk.collection_id == collection_id)
     if not flt.acl_bypass:
@@ -334,11 +342,13 @@ class PgVectorStore:
             .limit(top_k)
         )
 
-    async def vector_search(self, embedding: Sequence[float], flt: SearchFilter, top_k: int) -> list[SearchHit]:
+    async def vector_search(
+        self, embedding: Sequence[float], flt: SearchFilter, top_k: int, *, exact: bool = False
+    ) -> list[SearchHit]:
         stmt = self.vector_query(embedding, flt, top_k, (await self.schema()).embedding_dimension)
         async with self._db.connect() as conn:
             await conn.execute(text(f"SET LOCAL hnsw.ef_search = {max(self._ef_search, top_k)}"))
-            rows = (await conn.execute(stmt)).all()
+            rows = [] if exact else (await conn.execute(stmt)).all()
             if len(rows) < top_k:
                 # HNSW applies filters after the index scan, so a selective filter (or ACL) can
                 # starve the result. Re-run exactly: ordering by an expression the index cannot
@@ -364,6 +374,78 @@ class PgVectorStore:
             rows = (await conn.execute(stmt)).all()
         return self._hits(rows)
 
+    async def keyword_search(
+        self, query: str, flt: SearchFilter, top_k: int, *, k1: float = 1.2, b: float = 0.75
+    ) -> list[SearchHit]:
+        _check_top_k(top_k)
+        if not query.strip():
+            raise InvalidInputError("text query must not be empty")
+        if k1 < 0 or not 0 <= b <= 1:
+            raise InvalidInputError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
+        query = query.replace("\x00", "")
+        config = (await self.schema()).text_search_config
+        scored = self._bm25_scores(query, config, flt.collection, k1, b)
+        # Filters are checked on documents for every scored chunk; only the best top_k chunk rows
+        # (with their text) are read afterwards.
+        best = (
+            select(scored.c.chunk_id, scored.c.score)
+            .select_from(scored.join(Document, Document.id == scored.c.document_id))
+            .where(*build_filter(flt, scope_chunks=False))
+            .order_by(scored.c.score.desc(), scored.c.chunk_id)
+            .limit(top_k)
+        )
+        if _WEBSEARCH_OPERATORS.search(query):
+            # Quotes, OR and -exclusions keep their web-search meaning; BM25 only orders the matches.
+            tsquery = func.websearch_to_tsquery(cast(literal(config), REGCONFIG), query)
+            best = best.join(Chunk, Chunk.id == scored.c.chunk_id).where(Chunk.tsv.op("@@")(tsquery))
+        top = best.subquery("best")
+        stmt = (
+            self._base_select(top.c.score)
+            .join(top, top.c.chunk_id == Chunk.id)
+            .order_by(top.c.score.desc(), Chunk.id)
+        )
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return self._hits(rows)
+
+    @staticmethod
+    def _bm25_scores(query: str, config: str, collection: str | None, k1: float, b: float) -> CTE:
+        """A CTE (chunk_id, score): Okapi BM25 over the keyword postings, as in Lucene and bm25s:
+        idf = ln(1 + (N - df + 0.5) / (df + 0.5)), tf saturated by k1, length-normalised by b.
+        The query's terms come from the same text search configuration as the index."""
+        # ``collection_id IN (...)`` keeps the postings' primary key usable with or without a
+        # collection: (collection, term) is its prefix.
+        scope = "SELECT id FROM collections" + (" WHERE name = :collection" if collection is not None else "")
+        sql = f"""
+            WITH q AS (
+                SELECT DISTINCT lexeme AS term FROM unnest(to_tsvector(CAST(:config AS regconfig), :query))
+            ), stats AS (
+                SELECT greatest(sum(chunk_count), 1)::float8 AS n,
+                       greatest(sum(total_length)::float8 / greatest(sum(chunk_count), 1), 1) AS avgdl
+                FROM keyword_stats WHERE collection_id IN ({scope})
+            ), postings AS (
+                SELECT p.term, p.chunk_id, p.document_id, p.tf, p.chunk_length
+                FROM keyword_postings p JOIN q ON p.term = q.term WHERE p.collection_id IN ({scope})
+            ), df AS (
+                SELECT term, count(*)::float8 AS df FROM postings GROUP BY term
+            )
+            SELECT p.chunk_id, p.document_id,
+                   sum(ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))
+                       * p.tf * (:k1 + 1) / (p.tf + :k1 * (1 - :b + :b * p.chunk_length / s.avgdl))) AS score
+            FROM postings p JOIN df ON df.term = p.term CROSS JOIN stats s
+            GROUP BY p.chunk_id, p.document_id
+        """
+        params = [
+            bindparam("config", config, type_=PG_TEXT), bindparam("query", query, type_=PG_TEXT),
+            bindparam("k1", float(k1), type_=Float), bindparam("b", float(b), type_=Float),
+        ]
+        if collection is not None:
+            params.append(bindparam("collection", collection, type_=PG_TEXT))
+        stmt = text(sql).bindparams(*params)
+        uuid_type = PG_UUID(as_uuid=True)
+        return stmt.columns(column("chunk_id", uuid_type), column("document_id", uuid_type),
+                            column("score", Float)).cte("bm25")
+
     async def metadata_search(
         self, flt: SearchFilter, top_k: int, order: RecencyOrder = "newest"
     ) -> list[SearchHit]:
@@ -386,10 +468,11 @@ class PgVectorStore:
 
     async def pattern_search(
         self, pattern: str, flt: SearchFilter, top_k: int, mode: PatternMode = "literal",
-        case_sensitive: bool = False,
+        case_sensitive: bool = False, prefilter: str | None = None,
     ) -> list[SearchHit]:
         _check_top_k(top_k)
         validate_pattern(pattern, mode)
+        config = cast(literal((await self.schema()).text_search_config), REGCONFIG)
         if mode == "literal":
             like = "%" + escape_like(pattern) + "%"
             matches = Chunk.text.like(like, escape="\\") if case_sensitive else Chunk.text.ilike(like, escape="\\")
@@ -404,9 +487,11 @@ class PgVectorStore:
                 .scalar_subquery()
             )
         score = cast(occurrences, Float)
+        conditions = [matches, Chunk.embedding.is_not(None), *build_filter(flt)]
+        phrase = func.phraseto_tsquery(config, (prefilter or "").replace("\x00", ""))
         stmt = (
             self._base_select(score)
-            .where(matches, Chunk.embedding.is_not(None), *build_filter(flt))
+            .where(*conditions)
             .order_by(score.desc(), Chunk.document_id, Chunk.ordinal)
             .limit(top_k)
         )
@@ -421,6 +506,10 @@ class PgVectorStore:
                         f"invalid regex {pattern!r}: {str(exc.orig).splitlines()[0]}. Patterns use PostgreSQL "
                         "syntax (\\y for a word boundary, no named groups)"
                     ) from None
+            if prefilter and (await conn.execute(select(func.numnode(phrase)))).scalar_one() > 0:
+                # The full-text index narrows the scan to chunks holding the phrase's words in
+                # order; the pattern then runs on those few instead of on every chunk.
+                stmt = stmt.where(Chunk.tsv.op("@@")(phrase))
             await conn.execute(text(f"SET LOCAL statement_timeout = {int(self._pattern_timeout_ms)}"))
             try:
                 rows = (await conn.execute(stmt)).all()
@@ -433,11 +522,56 @@ class PgVectorStore:
                 raise
         return self._hits(rows)
 
+    async def chunks_by_id(
+        self, chunk_ids: Sequence[uuid.UUID], *, with_embeddings: bool = False
+    ) -> dict[uuid.UUID, tuple[SearchHit, np.ndarray | None]]:
+        """Stored chunks by id (parents included), each with its embedding when asked. No ACL
+        check: callers pass ids that came out of a filtered search (or their parents)."""
+        if not chunk_ids:
+            return {}
+        columns = [Chunk.embedding] if with_embeddings else []
+        stmt = self._base_select(literal(0.0, Float)).add_columns(*columns).where(Chunk.id.in_(list(chunk_ids)))
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        hits = self._hits(rows)
+        return {
+            hit.chunk_id: (hit, np.asarray(row.embedding, dtype=np.float32) if with_embeddings
+                           and row.embedding is not None else None)
+            for hit, row in zip(hits, rows, strict=True)
+        }
+
+    async def embeddings_by_id(self, chunk_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, np.ndarray]:
+        """Stored embeddings by chunk id (chunks without one are absent), read in binary: a
+        reranker asks for a couple of hundred per query, and text parsing would dominate."""
+        if not chunk_ids:
+            return {}
+        async with self._db.connect() as conn:
+            raw = (await conn.get_raw_connection()).driver_connection
+            await register_vector_async(raw)
+            async with raw.cursor(binary=True) as cur:
+                await cur.execute("SELECT id, embedding FROM chunks WHERE id = ANY(%s) AND embedding IS NOT NULL",
+                                  (list(chunk_ids),))
+                return {row[0]: row[1].to_numpy() for row in await cur.fetchall()}
+
     async def explain(self, statement: Select[Any]) -> str:
         """PostgreSQL's plan for a search statement, as EXPLAIN prints it."""
         async with self._db.connect() as conn:
             await conn.execute(text(f"SET LOCAL hnsw.ef_search = {self._ef_search}"))
             return "\n".join(row[0] for row in await conn.execute(Explain(statement)))
+
+    async def collection_exists(self, name: str) -> bool:
+        async with self._db.connect() as conn:
+            return (await conn.execute(select(Collection.id).where(Collection.name == name))).first() is not None
+
+    async def searchable_chunks(self, collection: str | None) -> int:
+        """Searchable (embedded) chunks in a collection, or in all: one row read, kept by triggers."""
+        stmt = text(
+            "SELECT coalesce(sum(chunk_count), 0) FROM keyword_stats WHERE collection_id IN "
+            "(SELECT id FROM collections" + (" WHERE name = :name)" if collection is not None else ")")
+        )
+        async with self._db.connect() as conn:
+            params = {"name": collection} if collection is not None else {}
+            return int((await conn.execute(stmt, params)).scalar_one())
 
     async def counts(self) -> StoreCounts:
         async with self._db.connect() as conn:

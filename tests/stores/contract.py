@@ -105,7 +105,9 @@ class VectorStoreContract:
                       top_k: int = 50) -> dict[str, list[SearchHit]]:
         return {
             "vector": await store.vector_search(vector, flt, top_k),
+            "vector-exact": await store.vector_search(vector, flt, top_k, exact=True),
             "text": await store.text_search(query, flt, top_k),
+            "keyword": await store.keyword_search(query.replace(" OR ", " "), flt, top_k),
             "metadata": await store.metadata_search(flt, top_k),
             "pattern": await store.pattern_search("e", flt, top_k),
         }
@@ -203,6 +205,79 @@ class VectorStoreContract:
         assert {corpus[h.document_id].key for h in without_replication} == {"pg"}
         assert await store.text_search("the and of", ALL, 5) == []  # only stop words
 
+    async def test_keyword_search_is_okapi_bm25(self, store: VectorStore, embed) -> None:
+        """Scores equal the BM25 formula (Lucene/bm25s variant, k1=1.2, b=0.75) worked by hand."""
+        collection = f"c-{uuid.uuid4().hex[:8]}"
+        doc_id = await store.upsert_document(DocumentRecord(collection=collection, source_uri="t://b",
+                                                            content_hash="b"))
+        texts = ["zebra zebra lion", "zebra", "lion tiger"]
+        chunks = [ChunkRecord(document_id=doc_id, ordinal=i, text=t, start_char=0, end_char=len(t),
+                              token_count=len(t.split()), content_hash=str(i), embedding=embed(t))
+                  for i, t in enumerate(texts)]
+        await store.upsert_chunks(chunks)
+        hits = await store.keyword_search("zebra", SearchFilter(collection=collection), 10)
+        idf = np.log(1 + (3 - 2 + 0.5) / (2 + 0.5))  # N=3 chunks, df=2
+        avgdl = 6 / 3
+
+        def bm25(tf: int, length: int) -> float:
+            return idf * tf * 2.2 / (tf + 1.2 * (1 - 0.75 + 0.75 * length / avgdl))
+
+        # Length normalisation puts the short chunk first despite its lower term frequency.
+        assert bm25(1, 1) > bm25(2, 3)
+        assert [h.chunk_id for h in hits] == [chunks[1].id, chunks[0].id]
+        assert hits[0].score == pytest.approx(bm25(1, 1), rel=1e-6)
+        assert hits[1].score == pytest.approx(bm25(2, 3), rel=1e-6)
+        # Any query term may match (OR), unlike websearch_to_tsquery's AND.
+        either = await store.keyword_search("tiger zebra", SearchFilter(collection=collection), 10)
+        assert {h.chunk_id for h in either} == {c.id for c in chunks}
+        assert await store.searchable_chunks(collection) == 3
+        assert await store.collection_exists(collection) and not await store.collection_exists(collection + "x")
+
+    async def test_keyword_index_follows_updates_and_deletes(self, store: VectorStore, embed) -> None:
+        collection = f"c-{uuid.uuid4().hex[:8]}"
+        flt = SearchFilter(collection=collection)
+        doc = DocumentRecord(collection=collection, source_uri="t://k", content_hash="k1")
+        doc_id = await store.upsert_document(doc)
+        chunk = ChunkRecord(document_id=doc_id, ordinal=0, text="walrus colony", start_char=0, end_char=13,
+                            token_count=2, content_hash="w", embedding=embed("walrus colony"))
+        await store.upsert_chunks([chunk])
+        assert [h.chunk_id for h in await store.keyword_search("walrus", flt, 5)] == [chunk.id]
+        await store.upsert_chunks([chunk.model_copy(update={"text": "penguin colony"})])
+        assert await store.keyword_search("walrus", flt, 5) == []
+        assert len(await store.keyword_search("penguin", flt, 5)) == 1
+        replacement = chunk.model_copy(update={"id": uuid.uuid4(), "text": "seal pup"})
+        await store.replace_documents([(doc.model_copy(update={"id": doc_id}), [replacement])])
+        assert await store.keyword_search("penguin", flt, 5) == []
+        assert [h.chunk_id for h in await store.keyword_search("seal", flt, 5)] == [replacement.id]
+        assert await store.searchable_chunks(collection) == 1
+        await store.delete_document(doc_id)
+        assert await store.keyword_search("seal", flt, 5) == []
+        assert await store.searchable_chunks(collection) == 0
+
+    async def test_keyword_search_keeps_web_search_operators(self, store: VectorStore, corpus) -> None:
+        plain = {corpus[h.document_id].key for h in await store.keyword_search("PostgreSQL", ALL, 10)}
+        assert plain == {"pg", "replication"}
+        excluded = {corpus[h.document_id].key for h in await store.keyword_search("PostgreSQL -replication", ALL, 10)}
+        assert excluded == {"pg"}
+        phrase = await store.keyword_search('"connection pool"', ALL, 10)
+        assert [corpus[h.document_id].key for h in phrase] == ["pg"]
+
+    async def test_embeddings_and_chunks_by_id(self, store: VectorStore, corpus, embed) -> None:
+        hit = (await store.vector_search(embed("yeast and flour"), ALL, 1))[0]
+        vectors = await store.embeddings_by_id([hit.chunk_id, uuid.uuid4()])
+        assert list(vectors) == [hit.chunk_id]
+        assert float(vectors[hit.chunk_id] @ np.asarray(embed("yeast and flour"))) == pytest.approx(hit.score, abs=1e-5)
+        chunks = await store.chunks_by_id([hit.chunk_id])
+        assert chunks[hit.chunk_id][0].text == hit.text and chunks[hit.chunk_id][1] is None
+
+    async def test_pattern_prefilter_narrows_by_whole_tokens(self, store: VectorStore, corpus) -> None:
+        hits = await store.pattern_search(r"(^|[^[:alnum:]_])E\-4012($|[^[:alnum:]_])", ALL, 10, mode="regex",
+                                          prefilter="E-4012")
+        assert {corpus[h.document_id].key for h in hits} == {"pg", "merger"}
+        # A prefilter of stop words only cannot narrow anything and is ignored.
+        assert len(await store.pattern_search("the", ALL, 50, prefilter="the")) == len(
+            await store.pattern_search("the", ALL, 50))
+
     async def test_metadata_search_orders_by_date(self, store: VectorStore, corpus) -> None:
         flt = SearchFilter(collection="kb", acl_bypass=True)
         newest = [corpus[h.document_id].key for h in await store.metadata_search(flt, 20)]
@@ -270,7 +345,7 @@ class VectorStoreContract:
             found = {h.document_id for h in hits}
             assert found <= expected, f"{strategy} returned documents outside the filter"
         # Strategies that match everything in scope must find every expected document.
-        for strategy in ("vector", "metadata"):
+        for strategy in ("vector", "vector-exact", "metadata"):
             assert {h.document_id for h in results[strategy]} == expected, strategy
 
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

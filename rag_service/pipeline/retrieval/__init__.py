@@ -1,0 +1,1 @@
+"""Multi-strategy retrieval: strategies, fusion, reranking and the adaptive loop."""

@@ -1,0 +1,322 @@
+"""The Retriever: runs the requested strategies concurrently, fuses, adapts, reranks.
+
+One call is a small ReAct loop. Iteration 1 searches with the query as given. While the fused
+list's confidence is below the threshold, and iterations and time remain, it acts (relax the
+filters, retrieve for each part of a multi-part question, add rewritten queries, search
+deeper) and fuses what the action found with everything found before. Every iteration is
+recorded for the trace. Reranking then orders the best fused candidates; a reranker that fails
+or times out leaves the fused order and says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from pydantic import BaseModel, Field, field_validator
+
+from rag_service.config import Settings
+from rag_service.domain import SearchFilter, SearchHit
+from rag_service.errors import InvalidInputError, RagServiceError
+from rag_service.pipeline.retrieval.adaptive import LoopState, next_action, relaxed, retrieval_confidence
+from rag_service.pipeline.retrieval.fusion import RankedList, reciprocal_rank_fusion
+from rag_service.pipeline.retrieval.models import (
+    STRATEGY_NAMES,
+    Candidate,
+    Iteration,
+    RerankReport,
+    RetrievalResult,
+    StrategyName,
+    StrategyReport,
+)
+from rag_service.pipeline.retrieval.query_analysis import query_variants, split_subqueries
+from rag_service.pipeline.retrieval.strategies import RetrievalStrategy, StrategyQuery
+from rag_service.providers.embeddings import Embedder
+from rag_service.providers.rerankers import Reranker
+from rag_service.stores.base import VectorStore
+
+log = logging.getLogger(__name__)
+
+MAX_QUERY_CHARS = 2000
+MAX_TOP_K = 100
+
+
+class RetrievalRequest(BaseModel):
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    filter: SearchFilter = Field(default_factory=SearchFilter)
+    top_k: int = Field(default=10, ge=1, le=MAX_TOP_K)
+    strategies: tuple[StrategyName, ...] | None = None
+    rerank: bool | None = None
+    adaptive: bool | None = None
+    expand_parents: bool = False
+
+    @field_validator("query")
+    @classmethod
+    def _has_words(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("query must contain some text")
+        return value
+
+    @field_validator("strategies")
+    @classmethod
+    def _distinct(cls, value: tuple[StrategyName, ...] | None) -> tuple[StrategyName, ...] | None:
+        if value is not None and not value:
+            raise ValueError(f"strategies must name at least one of {', '.join(STRATEGY_NAMES)}")
+        return tuple(dict.fromkeys(value)) if value else value
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    strategies: tuple[str, ...] = ("semantic", "keyword", "pattern", "metadata")
+    candidates: int = 100  # depth of each strategy's list
+    rrf_k: float = 60.0
+    weights: Mapping[str, float] = field(default_factory=lambda: {"semantic": 1.0, "keyword": 1.0})
+    variant_weight: float = 0.5  # a rewritten query votes less than the question as asked
+    rerank: bool = True
+    rerank_top_n: int = 200
+    rerank_timeout_s: float = 2.0
+    adaptive: bool = True
+    min_confidence: float = 0.5
+    max_iterations: int = 3
+    time_budget_ms: float = 400.0
+
+    def __post_init__(self) -> None:
+        if self.candidates < 1 or self.rerank_top_n < 1 or self.max_iterations < 1:
+            raise ValueError("candidates, rerank_top_n and max_iterations must be >= 1")
+        if not 0 <= self.min_confidence <= 1:
+            raise ValueError("min_confidence must be in [0, 1]")
+
+
+class Retriever:
+    def __init__(self, store: VectorStore, embedder: Embedder, strategies: Mapping[str, RetrievalStrategy],
+                 reranker: Reranker | None, config: RetrievalConfig) -> None:
+        unknown = set(config.strategies) - set(strategies)
+        if unknown:
+            raise ValueError(f"default strategies {sorted(unknown)} are not available")
+        self._store = store
+        self._embedder = embedder
+        self._strategies = dict(strategies)
+        self._reranker = reranker
+        self.config = config
+
+    @property
+    def reranker_name(self) -> str:
+        return self._reranker.name if self._reranker else "none"
+
+    async def retrieve(self, request: RetrievalRequest) -> RetrievalResult:
+        started = time.perf_counter()
+        candidates, iterations, confidence, embedding = await self.fused_candidates(request)
+        rerank_report = None
+        use_reranker = self.config.rerank if request.rerank is None else request.rerank
+        if use_reranker and self._reranker is not None and candidates:
+            candidates, rerank_report = await self._rerank(request.query, embedding, candidates)
+        top = candidates[: request.top_k]
+        if request.expand_parents:
+            top = await self._expand_parents(top)
+        return RetrievalResult(candidates=top, iterations=iterations, rerank=rerank_report, confidence=confidence,
+                               elapsed_ms=(time.perf_counter() - started) * 1000)
+
+    async def fused_candidates(
+        self, request: RetrievalRequest
+    ) -> tuple[list[Candidate], list[Iteration], float, np.ndarray | None]:
+        """Every fused candidate (not cut to top_k, not reranked), the loop's iterations, the
+        final confidence and the query's embedding. ``retrieve`` builds on it; the local
+        ranker's trainer uses it to see exactly what the reranker sees."""
+        started = time.perf_counter()
+        cfg = self.config
+        names = list(request.strategies or cfg.strategies)
+        missing = [n for n in names if n not in self._strategies]
+        if missing:
+            raise InvalidInputError(f"unknown strategies {missing}; available: {sorted(self._strategies)}")
+        depth = max(cfg.candidates, request.top_k)
+        adaptive = cfg.adaptive if request.adaptive is None else request.adaptive
+        session = _Session(self, names, request.filter)
+
+        lists = await session.search([request.query], request.filter, depth, weight_factor=1.0)
+        candidates = reciprocal_rank_fusion(lists, cfg.weights, cfg.rrf_k)
+        confidence = retrieval_confidence(candidates, session.ran)
+        iterations = [session.iteration(1, "first pass", "search", [request.query], depth, False, candidates,
+                                        confidence)]
+        all_lists = list(lists)
+        flt = request.filter
+        tried: set[str] = set()
+        subqueries = tuple(split_subqueries(request.query))
+        variants = tuple(query_variants(request.query))
+        budget_s = cfg.time_budget_ms / 1000
+        while (adaptive and confidence < cfg.min_confidence and len(iterations) < cfg.max_iterations
+               and time.perf_counter() - started < budget_s):
+            relaxable = relaxed(flt) is not None
+            step = next_action(LoopState(len(candidates), request.top_k, relaxable, subqueries, variants,
+                                         frozenset(tried)))
+            if step is None:
+                break
+            action, thought = step
+            tried.add(action)
+            queries, factor, relaxed_now = [request.query], 1.0, False
+            if action == "relax_filters":
+                flt, relaxed_now = relaxed(flt) or flt, True
+            elif action == "decompose":
+                queries = list(subqueries)
+            elif action == "rewrite":
+                queries, factor = list(variants), cfg.variant_weight
+            elif action == "widen":
+                depth = min(depth * 2, 1000)
+            remaining = budget_s - (time.perf_counter() - started)
+            try:
+                new = await asyncio.wait_for(session.search(queries, flt, depth, weight_factor=factor), remaining)
+            except TimeoutError:
+                iterations.append(session.iteration(len(iterations) + 1, thought + " (ran out of time)", action,
+                                                    queries, depth, relaxed_now, candidates, confidence))
+                break
+            all_lists.extend(new)
+            candidates = reciprocal_rank_fusion(all_lists, cfg.weights, cfg.rrf_k)
+            confidence = retrieval_confidence(candidates, session.ran)
+            iterations.append(session.iteration(len(iterations) + 1, thought, action, queries, depth, relaxed_now,
+                                                candidates, confidence))
+
+        return candidates, iterations, confidence, session.embeddings.get(request.query)
+
+    async def _rerank(self, query: str, embedding: np.ndarray | None,
+                      candidates: list[Candidate]) -> tuple[list[Candidate], RerankReport]:
+        assert self._reranker is not None
+        head, tail = candidates[: self.config.rerank_top_n], candidates[self.config.rerank_top_n:]
+        started = time.perf_counter()
+        report = RerankReport(reranker=self._reranker.name, applied=False, candidates=len(head))
+        try:
+            scores = await asyncio.wait_for(self._reranker.rerank(query, embedding, head),
+                                            self.config.rerank_timeout_s)
+            if len(scores) != len(head):
+                raise RagServiceError(f"reranker returned {len(scores)} scores for {len(head)} candidates")
+        except TimeoutError:
+            report.error = f"timed out after {self.config.rerank_timeout_s} s; kept the fused order"
+        except Exception as exc:  # any reranker failure degrades to the fused order, recorded
+            report.error = f"{type(exc).__name__}: {exc}; kept the fused order"
+            log.warning("reranker %s failed: %s", self._reranker.name, exc)
+        else:
+            order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
+            head = [head[i].model_copy(update={"rerank_score": float(scores[i])}) for i in order]
+            report.applied = True
+        report.elapsed_ms = (time.perf_counter() - started) * 1000
+        return head + tail, report
+
+    async def _expand_parents(self, candidates: list[Candidate]) -> list[Candidate]:
+        parent_ids = list({c.hit.parent_id for c in candidates if c.hit.parent_id is not None})
+        if not parent_ids:
+            return candidates
+        parents = await self._store.chunks_by_id(parent_ids)
+        return [
+            c.model_copy(update={"parent_text": parents[c.hit.parent_id][0].text})
+            if c.hit.parent_id in parents else c
+            for c in candidates
+        ]
+
+
+class _Session:
+    """State of one retrieve() call: embeddings made so far and strategies that ran."""
+
+    def __init__(self, retriever: Retriever, names: Sequence[str], flt: SearchFilter) -> None:
+        self._r = retriever
+        self.names = list(names)
+        self.embeddings: dict[str, np.ndarray] = {}
+        self.ran: set[str] = set()
+        self.reports: list[StrategyReport] = []
+        self.embed_error: str | None = None
+
+    async def _embed(self, queries: Sequence[str]) -> None:
+        todo = [q for q in dict.fromkeys(queries) if q not in self.embeddings]
+        if not todo or self.embed_error:
+            return
+        try:
+            vectors = await self._r._embedder.embed(todo)
+        except Exception as exc:  # the semantic leg fails; the others go on (and keyword stands in)
+            self.embed_error = f"embedding the query failed: {type(exc).__name__}: {exc}"
+            log.warning(self.embed_error)
+            return
+        self.embeddings.update(zip(todo, vectors, strict=True))
+
+    async def search(self, queries: Sequence[str], flt: SearchFilter, depth: int,
+                     weight_factor: float) -> list[RankedList]:
+        strategies = [self._r._strategies[n] for n in self.names]
+        if any(s.needs_embedding for s in strategies):
+            await self._embed(queries)
+        jobs = [(s, q) for q in queries for s in strategies]
+        results = await asyncio.gather(*[self._run(s, q, flt, depth) for s, q in jobs])
+        lists = [RankedList(s.name, hits, weight_factor) for (s, _), hits in zip(jobs, results, strict=True)
+                 if hits is not None]
+        failed = {s.name for (s, _), hits in zip(jobs, results, strict=True) if hits is None}
+        if "semantic" in failed and "keyword" not in self.names and "keyword" in self._r._strategies:
+            # The design's fallback: semantic search down -> keyword search.
+            keyword = self._r._strategies["keyword"]
+            fallback = await asyncio.gather(*[self._run(keyword, q, flt, depth, fallback=True) for q in queries])
+            lists += [RankedList("keyword", hits, weight_factor) for hits in fallback if hits is not None]
+        if not lists and failed:
+            errors = "; ".join(f"{r.strategy}: {r.error}" for r in self.reports if r.error)
+            raise RagServiceError(f"every retrieval strategy failed ({errors})", stage="retrieval")
+        return lists
+
+    async def _run(self, strategy: RetrievalStrategy, text: str, flt: SearchFilter, depth: int,
+                   fallback: bool = False) -> list[SearchHit] | None:
+        """The strategy's hits, or None when it failed (recorded). Bad input is the caller's
+        to fix, so it propagates as a 4xx instead of being swallowed."""
+        started = time.perf_counter()
+        query = StrategyQuery(text=text, filter=flt, top_k=depth, embedding=self.embeddings.get(text))
+        if fallback:
+            query.detail["fallback_for"] = "semantic"
+        error = None
+        hits: list[SearchHit] | None
+        if strategy.needs_embedding and query.embedding is None:
+            hits, error = None, self.embed_error or "no query embedding"
+        else:
+            try:
+                hits = await strategy.search(query)
+            except InvalidInputError:
+                raise
+            except Exception as exc:
+                hits, error = None, f"{type(exc).__name__}: {exc}"
+                log.warning("strategy %s failed: %s", strategy.name, error)
+        if hits is not None:
+            self.ran.add(strategy.name)
+        self.reports.append(StrategyReport(
+            strategy=strategy.name, query=text, hits=len(hits or []), error=error, detail=query.detail,
+            elapsed_ms=(time.perf_counter() - started) * 1000,
+        ))
+        return hits
+
+    def iteration(self, number: int, thought: str, action: str, queries: list[str], depth: int,
+                  relaxed_now: bool, candidates: list[Candidate], confidence: float) -> Iteration:
+        reports, self.reports = self.reports, []
+        return Iteration(number=number, thought=thought, action=action, queries=queries, top_k=depth,
+                         filter_relaxed=relaxed_now, strategies=reports, results=len(candidates),
+                         confidence=round(confidence, 4),
+                         elapsed_ms=sum(r.elapsed_ms for r in reports))
+
+
+def make_reranker(settings: Settings, store: VectorStore) -> Reranker | None:
+    from rag_service.providers.rerankers import CohereReranker, LocalReranker
+
+    kind = settings.reranker_kind
+    if kind == "cohere":
+        assert settings.cohere_api_key is not None  # Settings refuses cohere without a key
+        return CohereReranker(settings.cohere_api_key.get_secret_value(), model=settings.cohere_rerank_model,
+                              base_url=settings.cohere_base_url, timeout_s=settings.rerank_timeout_s)
+    if kind == "local":
+        return LocalReranker(store)
+    return None
+
+
+def build_retriever(settings: Settings, store: VectorStore, embedder: Embedder) -> Retriever:
+    """The Retriever the Settings describe (the one factory for strategies and reranker)."""
+    from rag_service.pipeline.retrieval.strategies import build_strategies
+
+    config = RetrievalConfig(
+        strategies=settings.default_strategies, candidates=settings.retrieval_candidates, rrf_k=settings.rrf_k,
+        weights=settings.fusion_weights, rerank=settings.reranker_kind != "none",
+        rerank_top_n=settings.rerank_top_n, rerank_timeout_s=settings.rerank_timeout_s,
+        adaptive=settings.adaptive_retrieval, min_confidence=settings.adaptive_min_confidence,
+        max_iterations=settings.adaptive_max_iterations, time_budget_ms=settings.adaptive_time_budget_ms,
+    )
+    return Retriever(store, embedder, build_strategies(store, settings), make_reranker(settings, store), config)

@@ -1,0 +1,261 @@
+"""The Retriever on a real PostgreSQL with the real local embedder: strategies, fusion, the
+reranker fallbacks, the adaptive loop, parents, and access control through every path."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rag_service.config import load_settings
+from rag_service.domain import ChunkRecord, DocumentRecord, SearchFilter
+from rag_service.errors import InvalidInputError
+from rag_service.pipeline.retrieval.retriever import RetrievalConfig, RetrievalRequest, Retriever, build_retriever
+from rag_service.pipeline.retrieval.strategies import build_strategies
+from rag_service.providers.rerankers import CohereReranker, LocalReranker
+from rag_service.stores.pgvector import PgVectorStore
+from tests.retrieval.fake_cohere import fake_cohere
+from tests.stores.contract import CORPUS, PRINCIPALS, Doc, visible
+
+COLLECTION = "kb"
+ALL_STRATEGIES = ("semantic", "keyword", "metadata", "pattern")
+
+
+@pytest.fixture(scope="module")
+async def store(database) -> PgVectorStore:
+    return PgVectorStore(database)
+
+
+@pytest.fixture(scope="module")
+async def corpus(store: PgVectorStore, local_embedder) -> dict[uuid.UUID, Doc]:
+    by_id: dict[uuid.UUID, Doc] = {}
+    for doc in CORPUS:
+        doc_id = await store.upsert_document(DocumentRecord(
+            collection=doc.collection, source_uri=f"test://{doc.key}", title=doc.key.title(), content_hash=doc.key,
+            metadata=doc.metadata, acl=doc.acl, lob=doc.lob, tags=doc.tags, effective_date=doc.effective))
+        vectors = await local_embedder.embed(doc.texts)
+        await store.upsert_chunks([
+            ChunkRecord(document_id=doc_id, ordinal=i, text=t, start_char=0, end_char=len(t),
+                        token_count=len(t.split()), content_hash=f"{doc.key}-{i}", embedding=v.tolist())
+            for i, (t, v) in enumerate(zip(doc.texts, vectors, strict=True))
+        ])
+        by_id[doc_id] = doc
+    return by_id
+
+
+@pytest.fixture(scope="module")
+def retriever(store: PgVectorStore, local_embedder, corpus) -> Retriever:
+    return build_retriever(load_settings(reranker="local"), store, local_embedder)
+
+
+def keys(result, corpus) -> list[str]:  # noqa: ANN001
+    return [corpus[c.hit.document_id].key for c in result.candidates]
+
+
+async def test_fused_results_keep_ranks_per_strategy(retriever: Retriever, corpus) -> None:
+    result = await retriever.retrieve(RetrievalRequest(
+        query="how long should I knead bread dough", filter=SearchFilter(collection=COLLECTION), top_k=3,
+        adaptive=False))
+    top = result.candidates[0]
+    assert corpus[top.hit.document_id].key == "bread"
+    assert {"semantic", "keyword"} <= top.ranks.keys()
+    assert top.scores["semantic"] > 0.3 and top.scores["keyword"] > 0
+    assert result.rerank is not None and result.rerank.applied and result.rerank.reranker == "local"
+    assert top.rerank_score is not None
+    [first] = result.iterations
+    assert first.action == "search" and {r.strategy for r in first.strategies} == set(ALL_STRATEGIES)
+    metadata = next(r for r in first.strategies if r.strategy == "metadata")
+    assert metadata.hits == 0 and "no structured constraint" in metadata.detail["skipped"]
+
+
+async def test_pattern_strategy_finds_identifiers(retriever: Retriever, corpus) -> None:
+    result = await retriever.retrieve(RetrievalRequest(
+        query="error E-4012", filter=SearchFilter(collection=COLLECTION, principals=("legal-team",)),
+        strategies=("pattern",), rerank=False, adaptive=False))
+    assert set(keys(result, corpus)) == {"pg", "merger"}
+    assert all("E-4012" in c.hit.text for c in result.candidates)
+    report = result.iterations[0].strategies[0]
+    assert report.detail["patterns"] == ["E-4012"]
+
+
+async def test_metadata_strategy_uses_structured_constraints(retriever: Retriever, corpus) -> None:
+    result = await retriever.retrieve(RetrievalRequest(
+        query="anything", filter=SearchFilter(collection=COLLECTION, tags_any=("recipes", "database")),
+        strategies=("metadata",), rerank=False, adaptive=False))
+    assert keys(result, corpus)[:2] == ["pg", "pg"]  # newest first: pg (2024) before bread (2021)
+    assert set(keys(result, corpus)) == {"pg", "bread"}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(principals=st.sets(st.sampled_from(PRINCIPALS)),
+       strategies=st.sampled_from([(s,) for s in ALL_STRATEGIES] + [ALL_STRATEGIES]),
+       rerank=st.booleans(), adaptive=st.booleans())
+async def test_restricted_chunks_never_reach_a_caller_without_the_principal(
+        retriever: Retriever, corpus, principals, strategies, rerank, adaptive) -> None:
+    # The query aims at the restricted documents in every strategy's terms: meaning, words,
+    # an identifier they hold, and a tag filter that the adaptive loop may relax.
+    flt = SearchFilter(collection=COLLECTION, principals=tuple(sorted(principals)),
+                       tags_any=("deals", "compensation", "database"))
+    result = await retriever.retrieve(RetrievalRequest(
+        query="Confidential Project Falcon salary bands error E-4012", filter=flt, top_k=50,
+        strategies=strategies, rerank=rerank, adaptive=adaptive))
+    allowed = {k for k in (d.key for d in CORPUS) if visible(next(d for d in CORPUS if d.key == k), principals)}
+    found = set(keys(result, corpus))
+    assert found <= allowed, f"{strategies} leaked {found - allowed} to {principals}"
+    if strategies == ("metadata",) or strategies == ALL_STRATEGIES:
+        # Not vacuous: what the caller may see under the filter is found.
+        expected = {d.key for d in CORPUS if d.collection == COLLECTION and visible(d, principals)
+                    and {"deals", "compensation", "database"} & set(d.tags)}
+        assert expected <= found
+
+
+async def test_restricted_document_is_found_with_the_principal(retriever: Retriever, corpus) -> None:
+    query = "Project Falcon acquisition"
+    without = await retriever.retrieve(RetrievalRequest(query=query, filter=SearchFilter(collection=COLLECTION)))
+    with_principal = await retriever.retrieve(RetrievalRequest(
+        query=query, filter=SearchFilter(collection=COLLECTION, principals=("legal-team",))))
+    assert "merger" not in keys(without, corpus)
+    assert keys(with_principal, corpus)[0] == "merger"
+
+
+class FailingEmbedder:
+    name, dimension = "broken", 384
+
+    async def embed(self, texts):  # noqa: ANN001, ANN201
+        raise RuntimeError("model server down")
+
+
+async def test_semantic_failure_falls_back_to_keyword(store: PgVectorStore, corpus) -> None:
+    settings_ = load_settings(reranker="none")
+    retriever = Retriever(store, FailingEmbedder(), build_strategies(store, settings_), None,  # type: ignore[arg-type]
+                          RetrievalConfig(adaptive=False))
+    result = await retriever.retrieve(RetrievalRequest(
+        query="bread flour yeast", filter=SearchFilter(collection=COLLECTION), strategies=("semantic",)))
+    assert keys(result, corpus)[0] == "bread"
+    reports = result.iterations[0].strategies
+    assert reports[0].strategy == "semantic" and "model server down" in reports[0].error
+    assert reports[1].strategy == "keyword" and reports[1].detail["fallback_for"] == "semantic"
+    assert result.candidates[0].ranks == {"keyword": 1}
+
+
+@pytest.mark.parametrize("mode, error", [("error", "Cohere rerank failed"), ("slow", "timed out")])
+async def test_reranker_failure_keeps_the_fused_order(store, local_embedder, corpus, mode, error) -> None:
+    settings_ = load_settings(reranker="none")
+    with fake_cohere() as server:
+        server.mode, server.delay_s = mode, 2.0
+        reranker = CohereReranker("k", base_url=server.url, timeout_s=5)
+        retriever = Retriever(store, local_embedder, build_strategies(store, settings_), reranker,
+                              RetrievalConfig(adaptive=False, rerank_timeout_s=0.5))
+        request = RetrievalRequest(query="PostgreSQL settings", filter=SearchFilter(collection=COLLECTION))
+        result = await retriever.retrieve(request)
+        unranked = await retriever.retrieve(request.model_copy(update={"rerank": False}))
+    assert result.rerank is not None and not result.rerank.applied
+    assert error in result.rerank.error
+    assert [c.hit.chunk_id for c in result.candidates] == [c.hit.chunk_id for c in unranked.candidates]
+    assert all(c.rerank_score is None for c in result.candidates)
+
+
+async def test_cohere_reorders_when_it_answers(store, local_embedder, corpus) -> None:
+    with fake_cohere() as server:
+        retriever = Retriever(store, local_embedder, build_strategies(store, load_settings()),
+                              CohereReranker("k", base_url=server.url), RetrievalConfig(adaptive=False))
+        result = await retriever.retrieve(RetrievalRequest(
+            query="standby promoted primary fails", filter=SearchFilter(collection="other")))
+    assert result.rerank.applied and result.candidates[0].hit.text.startswith("A standby can be promoted")
+    scores = [c.rerank_score for c in result.candidates]
+    assert scores == sorted(scores, reverse=True)
+
+
+async def test_adaptive_loop_acts_when_confidence_is_low(store, local_embedder, corpus) -> None:
+    retriever = Retriever(store, local_embedder, build_strategies(store, load_settings()), None,
+                          RetrievalConfig(min_confidence=0.99, max_iterations=5, time_budget_ms=10_000))
+    flt = SearchFilter(collection=COLLECTION, lob="food")
+    result = await retriever.retrieve(RetrievalRequest(
+        query="What limits PostgreSQL connections? And how do I knead dough?", filter=flt, top_k=5))
+    actions = [i.action for i in result.iterations]
+    assert actions == ["search", "relax_filters", "decompose", "rewrite", "widen"]
+    relax = result.iterations[1]
+    assert relax.filter_relaxed and relax.results > result.iterations[0].results
+    decompose = result.iterations[2]
+    assert decompose.queries == ["What limits PostgreSQL connections", "how do I knead dough"]
+    assert result.iterations[4].top_k == 2 * result.iterations[3].top_k
+    assert all(0 <= i.confidence <= 1 and i.strategies for i in result.iterations)
+    # Relaxing the LOB filter found the PostgreSQL document the question also asks about.
+    assert {"pg", "bread"} <= {corpus[c.hit.document_id].key for c in result.candidates}
+
+
+async def test_adaptive_loop_respects_its_time_budget(store, local_embedder, corpus) -> None:
+    retriever = Retriever(store, local_embedder, build_strategies(store, load_settings()), None,
+                          RetrievalConfig(min_confidence=1.0, max_iterations=10, time_budget_ms=1))
+    result = await retriever.retrieve(RetrievalRequest(query="bread", filter=SearchFilter(collection=COLLECTION)))
+    assert len(result.iterations) <= 2
+    assert result.candidates  # the first pass always runs
+
+
+async def test_confident_results_stop_the_loop(retriever: Retriever, corpus) -> None:
+    result = await retriever.retrieve(RetrievalRequest(
+        query="Baking bread requires flour, water, yeast and salt", filter=SearchFilter(collection=COLLECTION)))
+    assert result.confidence >= retriever.config.min_confidence
+    assert len(result.iterations) == 1
+
+
+async def test_parents_expand_for_context(store: PgVectorStore, local_embedder) -> None:
+    doc_id = await store.upsert_document(DocumentRecord(collection="tree", source_uri="t://tree", content_hash="t"))
+    parent_text = "Section on otters. Sea otters hold hands while sleeping. They use rocks as tools."
+    parent = ChunkRecord(document_id=doc_id, ordinal=0, text=parent_text, start_char=0, end_char=len(parent_text),
+                         token_count=15, content_hash="p")
+    child_text = "Sea otters hold hands while sleeping."
+    child = ChunkRecord(document_id=doc_id, parent_id=parent.id, ordinal=1, text=child_text, start_char=19,
+                        end_char=56, token_count=6, content_hash="c",
+                        embedding=(await local_embedder.embed([child_text]))[0].tolist())
+    await store.upsert_chunks([parent, child])
+    retriever = Retriever(store, local_embedder, build_strategies(store, load_settings()), None, RetrievalConfig())
+    result = await retriever.retrieve(RetrievalRequest(query="otters sleeping", filter=SearchFilter(collection="tree"),
+                                                       expand_parents=True))
+    assert [c.hit.chunk_id for c in result.candidates] == [child.id]
+    assert result.candidates[0].parent_text == parent_text
+
+
+async def test_strategies_run_concurrently(store: PgVectorStore, local_embedder, corpus) -> None:
+    class Slow:
+        def __init__(self, name: str) -> None:
+            self.name, self.needs_embedding = name, False
+
+        async def search(self, query):  # noqa: ANN001, ANN201
+            await asyncio.sleep(0.3)
+            return []
+
+    strategies = {n: Slow(n) for n in ("a", "b", "c")}
+    retriever = Retriever(store, local_embedder, strategies, None, RetrievalConfig(strategies=("a", "b", "c"),
+                                                                                    adaptive=False))
+    result = await retriever.retrieve(RetrievalRequest(query="x", filter=SearchFilter()))
+    assert result.elapsed_ms < 600, "three 300 ms strategies must overlap"
+
+
+async def test_bad_requests_are_refused(retriever: Retriever) -> None:
+    with pytest.raises(ValueError, match="must contain some text"):
+        RetrievalRequest(query="   ")
+    with pytest.raises(ValueError):
+        RetrievalRequest(query="x", top_k=0)
+    retriever_without_pattern = Retriever(retriever._store, retriever._embedder, {}, None,
+                                          RetrievalConfig(strategies=()))
+    with pytest.raises(InvalidInputError, match="unknown strategies"):
+        await retriever_without_pattern.retrieve(RetrievalRequest(query="x", strategies=("pattern",)))
+
+
+async def test_local_reranker_reads_exact_cosines_from_the_store(store: PgVectorStore, local_embedder, corpus) -> None:
+    retriever = Retriever(store, local_embedder, build_strategies(store, load_settings()), LocalReranker(store),
+                          RetrievalConfig(adaptive=False))
+    query = "standby promoted when primary fails"
+    fused, _, _, embedding = await retriever.fused_candidates(RetrievalRequest(
+        query=query, filter=SearchFilter(collection="other")))
+    vectors = await store.embeddings_by_id([c.hit.chunk_id for c in fused])
+    expected = (await local_embedder.embed([query]))[0]
+    assert np.allclose(embedding, expected, atol=1e-6)
+    semantic = {c.hit.chunk_id: c.scores["semantic"] for c in fused if "semantic" in c.scores}
+    for chunk_id, cosine in semantic.items():
+        assert float(vectors[chunk_id] @ embedding) == pytest.approx(cosine, abs=1e-5)
