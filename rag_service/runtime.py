@@ -59,7 +59,14 @@ class Runtime:
     def retriever(self):  # noqa: ANN201 - the pipeline sits above this module; imported lazily
         from rag_service.pipeline.retrieval.retriever import build_retriever
 
-        return build_retriever(self.settings, self.store, self.embedder)
+        return build_retriever(self.settings, self.store, self.embedder, self.llm)
+
+    @cached_property
+    def llm(self):  # noqa: ANN201
+        """The configured OpenAI-compatible LLM, or None (every caller has a path without one)."""
+        from rag_service.providers.llm import make_llm
+
+        return make_llm(self.settings)
 
     def ingestor(self):  # noqa: ANN201 - ingestion sits above this module; imported lazily
         from ingestion.chunking import Chunker, model_tokenizer
@@ -88,6 +95,8 @@ class Runtime:
             self.embedder_error = None
 
     async def close(self) -> None:
+        if "llm" in self.__dict__ and self.llm is not None:  # only if it was ever made
+            await self.llm.close()
         await self.embedder.close()
         await self.db.dispose()
 

@@ -1,7 +1,7 @@
 """The adaptive loop's decisions, as pure functions: how sure are we, and what to try next.
 
 The loop itself (in retriever.py) is ReAct-shaped: a *thought* (the confidence and why it is
-low), an *action* (relax filters, decompose, rewrite, widen) and an *observation* (the new fused
+low), an *action* (relax filters, decompose, rewrite, HyDE, widen) and an *observation* (the new fused
 list and its confidence). Keeping the judgement here makes it testable without a database.
 """
 
@@ -53,6 +53,7 @@ class LoopState:
     subqueries: tuple[str, ...]
     variants: tuple[str, ...]
     tried: frozenset[str]
+    can_expand: bool = False  # an LLM is configured: LLM rewrites and HyDE are available
 
 
 def next_action(state: LoopState) -> tuple[str, str] | None:
@@ -61,8 +62,10 @@ def next_action(state: LoopState) -> tuple[str, str] | None:
         return "relax_filters", f"only {state.results} results under the filters; relax them"
     if state.subqueries and "decompose" not in state.tried:
         return "decompose", f"the question has {len(state.subqueries)} parts; retrieve for each"
-    if state.variants and "rewrite" not in state.tried:
+    if (state.variants or state.can_expand) and "rewrite" not in state.tried:
         return "rewrite", "low confidence; try rewritten queries"
+    if state.can_expand and "hyde" not in state.tried:
+        return "hyde", "still low; search with a hypothetical answer passage (HyDE)"
     if "widen" not in state.tried:
         return "widen", "low confidence; search deeper in every strategy"
     return None

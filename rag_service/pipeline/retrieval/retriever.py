@@ -23,6 +23,7 @@ from rag_service.config import Settings
 from rag_service.domain import SearchFilter, SearchHit
 from rag_service.errors import InvalidInputError, RagServiceError
 from rag_service.pipeline.retrieval.adaptive import LoopState, next_action, relaxed, retrieval_confidence
+from rag_service.pipeline.retrieval.expansion import LLMQueryExpander
 from rag_service.pipeline.retrieval.fusion import RankedList, reciprocal_rank_fusion
 from rag_service.pipeline.retrieval.models import (
     STRATEGY_NAMES,
@@ -36,6 +37,7 @@ from rag_service.pipeline.retrieval.models import (
 from rag_service.pipeline.retrieval.query_analysis import query_variants, split_subqueries
 from rag_service.pipeline.retrieval.strategies import RetrievalStrategy, StrategyQuery
 from rag_service.providers.embeddings import Embedder
+from rag_service.providers.llm import LLM
 from rag_service.providers.rerankers import Reranker
 from rag_service.stores.base import VectorStore
 
@@ -93,7 +95,8 @@ class RetrievalConfig:
 
 class Retriever:
     def __init__(self, store: VectorStore, embedder: Embedder, strategies: Mapping[str, RetrievalStrategy],
-                 reranker: Reranker | None, config: RetrievalConfig) -> None:
+                 reranker: Reranker | None, config: RetrievalConfig,
+                 expander: LLMQueryExpander | None = None) -> None:
         unknown = set(config.strategies) - set(strategies)
         if unknown:
             raise ValueError(f"default strategies {sorted(unknown)} are not available")
@@ -101,6 +104,7 @@ class Retriever:
         self._embedder = embedder
         self._strategies = dict(strategies)
         self._reranker = reranker
+        self._expander = expander
         self.config = config
 
     @property
@@ -147,36 +151,59 @@ class Retriever:
         subqueries = tuple(split_subqueries(request.query))
         variants = tuple(query_variants(request.query))
         budget_s = cfg.time_budget_ms / 1000
-        while (adaptive and confidence < cfg.min_confidence and len(iterations) < cfg.max_iterations
-               and time.perf_counter() - started < budget_s):
-            relaxable = relaxed(flt) is not None
-            step = next_action(LoopState(len(candidates), request.top_k, relaxable, subqueries, variants,
-                                         frozenset(tried)))
+
+        def remaining() -> float:
+            return budget_s - (time.perf_counter() - started)
+
+        while adaptive and confidence < cfg.min_confidence and len(iterations) < cfg.max_iterations \
+                and remaining() > 0:
+            step = next_action(LoopState(len(candidates), request.top_k, relaxed(flt) is not None, subqueries,
+                                         variants, frozenset(tried), can_expand=self._expander is not None))
             if step is None:
                 break
             action, thought = step
             tried.add(action)
-            queries, factor, relaxed_now = [request.query], 1.0, False
-            if action == "relax_filters":
-                flt, relaxed_now = relaxed(flt) or flt, True
-            elif action == "decompose":
-                queries = list(subqueries)
-            elif action == "rewrite":
-                queries, factor = list(variants), cfg.variant_weight
-            elif action == "widen":
-                depth = min(depth * 2, 1000)
-            remaining = budget_s - (time.perf_counter() - started)
+            queries, factor, relaxed_now, only = [request.query], 1.0, False, None
+            note = ""
             try:
-                new = await asyncio.wait_for(session.search(queries, flt, depth, weight_factor=factor), remaining)
+                if action == "relax_filters":
+                    flt, relaxed_now = relaxed(flt) or flt, True
+                elif action == "decompose":
+                    queries = list(subqueries)
+                elif action == "rewrite":
+                    queries, factor = list(variants), cfg.variant_weight
+                    if self._expander is not None:
+                        try:
+                            llm_variants = await asyncio.wait_for(self._expander.variants(request.query), remaining())
+                            queries = list(dict.fromkeys(queries + llm_variants))
+                        except (RagServiceError, TimeoutError) as exc:
+                            note = f" (LLM variants failed: {exc or 'timed out'}; rule-based ones only)"
+                    if not queries:
+                        continue
+                elif action == "hyde":
+                    assert self._expander is not None
+                    passage = await asyncio.wait_for(self._expander.hypothetical_document(request.query),
+                                                     remaining())
+                    queries, factor, only = [passage], cfg.variant_weight, ["semantic"]
+                elif action == "widen":
+                    depth = min(depth * 2, 1000)
+                new = await asyncio.wait_for(session.search(queries, flt, depth, weight_factor=factor, only=only),
+                                             remaining())
             except TimeoutError:
                 iterations.append(session.iteration(len(iterations) + 1, thought + " (ran out of time)", action,
                                                     queries, depth, relaxed_now, candidates, confidence))
                 break
+            except RagServiceError as exc:
+                if isinstance(exc, InvalidInputError):
+                    raise
+                iterations.append(session.iteration(len(iterations) + 1, f"{thought} (failed: {exc})", action,
+                                                    queries, depth, relaxed_now, candidates, confidence))
+                continue
             all_lists.extend(new)
             candidates = reciprocal_rank_fusion(all_lists, cfg.weights, cfg.rrf_k)
             confidence = retrieval_confidence(candidates, session.ran)
-            iterations.append(session.iteration(len(iterations) + 1, thought, action, queries, depth, relaxed_now,
-                                                candidates, confidence))
+            iterations.append(session.iteration(len(iterations) + 1, thought + note, action, queries, depth,
+                                                relaxed_now, candidates, confidence))
 
         return candidates, iterations, confidence, session.embeddings.get(request.query)
 
@@ -239,8 +266,9 @@ class _Session:
         self.embeddings.update(zip(todo, vectors, strict=True))
 
     async def search(self, queries: Sequence[str], flt: SearchFilter, depth: int,
-                     weight_factor: float) -> list[RankedList]:
-        strategies = [self._r._strategies[n] for n in self.names]
+                     weight_factor: float, only: Sequence[str] | None = None) -> list[RankedList]:
+        names = [n for n in self.names if only is None or n in only] or list(only or [])
+        strategies = [self._r._strategies[n] for n in names if n in self._r._strategies]
         if any(s.needs_embedding for s in strategies):
             await self._embed(queries)
         jobs = [(s, q) for q in queries for s in strategies]
@@ -248,7 +276,7 @@ class _Session:
         lists = [RankedList(s.name, hits, weight_factor) for (s, _), hits in zip(jobs, results, strict=True)
                  if hits is not None]
         failed = {s.name for (s, _), hits in zip(jobs, results, strict=True) if hits is None}
-        if "semantic" in failed and "keyword" not in self.names and "keyword" in self._r._strategies:
+        if "semantic" in failed and "keyword" not in names and "keyword" in self._r._strategies:
             # The design's fallback: semantic search down -> keyword search.
             keyword = self._r._strategies["keyword"]
             fallback = await asyncio.gather(*[self._run(keyword, q, flt, depth, fallback=True) for q in queries])
@@ -308,8 +336,9 @@ def make_reranker(settings: Settings, store: VectorStore) -> Reranker | None:
     return None
 
 
-def build_retriever(settings: Settings, store: VectorStore, embedder: Embedder) -> Retriever:
-    """The Retriever the Settings describe (the one factory for strategies and reranker)."""
+def build_retriever(settings: Settings, store: VectorStore, embedder: Embedder, llm: LLM | None = None) -> Retriever:
+    """The Retriever the Settings describe (the one factory for strategies and reranker); with an
+    LLM, the adaptive loop also asks it for query variants and a HyDE passage."""
     from rag_service.pipeline.retrieval.strategies import build_strategies
 
     config = RetrievalConfig(
@@ -319,4 +348,6 @@ def build_retriever(settings: Settings, store: VectorStore, embedder: Embedder) 
         adaptive=settings.adaptive_retrieval, min_confidence=settings.adaptive_min_confidence,
         max_iterations=settings.adaptive_max_iterations, time_budget_ms=settings.adaptive_time_budget_ms,
     )
-    return Retriever(store, embedder, build_strategies(store, settings), make_reranker(settings, store), config)
+    expander = LLMQueryExpander(llm) if llm is not None else None
+    return Retriever(store, embedder, build_strategies(store, settings), make_reranker(settings, store), config,
+                     expander)
