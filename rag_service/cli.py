@@ -287,6 +287,64 @@ def search(
         stderr.print(f"[yellow]reranker[/]: {result['rerank']['error']}")
 
 
+@app.command()
+@handle_errors
+def ask(
+    question: Annotated[str, typer.Argument(help="The question (quote it).")],
+    collection: Annotated[str, typer.Option("--collection", "-c", help="Collection to ask about.")] = "default",
+    conversation: Annotated[str | None, typer.Option(
+        help="Conversation id: follow-ups with the same id may refer to earlier questions.")] = None,
+    principal: Annotated[list[str] | None, typer.Option(
+        help="Caller principal for documents with an ACL (repeatable).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Ask a question and get an answer with its sources (or the questions to clarify it).
+    Without an LLM configured the answer is extractive: the best sentences, cited."""
+    from pydantic import ValidationError
+
+    from rag_service.errors import InvalidInputError
+    from rag_service.pipeline.orchestrator import QueryRequest
+    from rag_service.runtime import Runtime
+
+    try:
+        request = QueryRequest(question=question, collection=collection, conversation_id=conversation,
+                               principals=principal or [])
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in exc.errors())
+        raise InvalidInputError(problems) from None
+    settings = _settings()
+
+    async def run() -> dict[str, Any]:
+        runtime = await asyncio.to_thread(Runtime.open, settings)
+        try:
+            return (await runtime.pipeline.run(request)).model_dump(mode="json")
+        finally:
+            await runtime.close()
+
+    result = asyncio.run(run())
+    if as_json:
+        emit_json(result)
+        return
+    console = Console()
+    if result["outcome"] == "clarification":
+        console.print("[bold]Could you clarify?[/]")
+        for item in result["clarification"]["questions"]:
+            console.print(f"  - {item}")
+        return
+    console.print(result["answer"], highlight=False)
+    if result.get("short_answer"):
+        console.print(f"\n[bold]Short answer:[/] {result['short_answer']}", highlight=False)
+    if result["citations"]:
+        console.print("\n[bold]Sources[/]")
+        for c in result["citations"]:
+            mark = "" if c["verified"] else " [yellow](not verified)[/]"
+            console.print(f"  [{c['n']}] {c['title'] or c['source_uri']} ({c['source_uri']}, "
+                          f"chars {c['start_char']}-{c['end_char']}){mark}", highlight=False)
+    extra = f"; {result['fallback_reason']}" if result.get("fallback_reason") else ""
+    stderr.print(f"[dim]{result['generator']} answer, confidence {result['confidence']:.2f}, "
+                 f"{result['timings_ms']['total']:.0f} ms{extra}[/]")
+
+
 jobs_app = typer.Typer(help="Ingestion jobs.", no_args_is_help=True)
 app.add_typer(jobs_app, name="jobs")
 

@@ -104,6 +104,14 @@ class Settings(BaseSettings):
     adaptive_max_iterations: int = Field(default=3, ge=1, le=10)
     adaptive_time_budget_ms: float = Field(default=400.0, gt=0)
 
+    # --- query pipeline ----------------------------------------------------------------------
+    clarify_ambiguity_threshold: float = Field(
+        default=0.6, gt=0, le=1, description="At or above this ambiguity the pipeline asks back instead of answering."
+    )
+    query_retrieve_budget_s: float = Field(default=10.0, gt=0, description="Time budget of one retrieval step.")
+    query_generate_budget_s: float = Field(default=60.0, gt=0, description="Time budget of the generation step.")
+    conversation_turns: int = Field(default=5, ge=0, le=50, description="Earlier turns a follow-up may refer to.")
+
     # --- jobs ------------------------------------------------------------------------------------
     serve_worker: Literal["auto", "on", "off"] = Field(
         default="auto", description="Run an ingestion worker inside `ragsvc serve` (auto: with the embedded DB)."

@@ -62,6 +62,29 @@ class Runtime:
         return build_retriever(self.settings, self.store, self.embedder, self.llm)
 
     @cached_property
+    def guidelines(self):  # noqa: ANN201
+        from rag_service.pipeline.history import GuidelineRepository
+
+        return GuidelineRepository(self.db)
+
+    @cached_property
+    def pipeline(self):  # noqa: ANN201
+        """The query pipeline (guardrails, intent, router, retrieval, generation) for this process."""
+        from rag_service.pipeline.generation.llm_generator import LLMGenerator
+        from rag_service.pipeline.history import QueryLog
+        from rag_service.pipeline.intent import IntentParser
+        from rag_service.pipeline.orchestrator import PipelineConfig, QueryPipeline
+
+        s = self.settings
+        return QueryPipeline(
+            retriever=self.retriever, store=self.store, guidelines=self.guidelines, query_log=QueryLog(self.db),
+            parser=IntentParser(ambiguity_threshold=s.clarify_ambiguity_threshold),
+            llm_generator=LLMGenerator(self.llm) if self.llm is not None else None,
+            config=PipelineConfig(retrieve_budget_s=s.query_retrieve_budget_s,
+                                  generate_budget_s=s.query_generate_budget_s, history_turns=s.conversation_turns),
+        )
+
+    @cached_property
     def llm(self):  # noqa: ANN201
         """The configured OpenAI-compatible LLM, or None (every caller has a path without one)."""
         from rag_service.providers.llm import make_llm

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rag_service import __version__
-from rag_service.api import documents, health, search
+from rag_service.api import documents, health, query, search
 from rag_service.config import Settings, get_settings
 from rag_service.errors import RagServiceError
 from rag_service.runtime import Runtime
@@ -66,6 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(documents.router)
     app.include_router(search.router)
+    app.include_router(query.router)
 
     def openapi() -> dict:
         # Bodies read by hand (multipart or JSON on one route) reference schemas FastAPI does not

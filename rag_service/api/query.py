@@ -1,0 +1,102 @@
+"""POST /v1/query (a cited answer or a clarification), POST /v1/query/stream (the same as
+server-sent events while it runs), GET/PUT /v1/guidelines (the router's versioned rules)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+from sse_starlette.sse import EventSourceResponse
+
+from rag_service.api.deps import RuntimeDep
+from rag_service.errors import RagServiceError
+from rag_service.pipeline.orchestrator import QueryRequest, QueryResult
+from rag_service.pipeline.router import GuidelineSet
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/v1", tags=["query"])
+
+
+@router.post(
+    "/query",
+    response_model=QueryResult,
+    summary="Ask a question",
+    description="Runs the pipeline: input guardrails, intent, routing, retrieval (per question part, concurrently), "
+                "generation (chain-of-thought with an LLM when configured, else extractive) with verified citations. "
+                "`outcome` is `answered`, `clarification` (see `clarification.questions`) or `declined`.",
+    responses={404: {"description": "The collection does not exist"},
+               422: {"description": "Malformed request (the body says which field and why)"},
+               503: {"description": "The database is unavailable"}},
+)
+async def query(body: QueryRequest, runtime: RuntimeDep) -> QueryResult:
+    return await runtime.pipeline.run(body)
+
+
+@router.post(
+    "/query/stream",
+    summary="Ask a question, with progress as server-sent events",
+    description="Events: `plan`, `step.start`, `step.end`, `intent`, `route`, `retrieval`, `token` (answer text as "
+                "it is written), `citation`, then `done` (the full result, as POST /v1/query returns it) or `error` "
+                "(`{status, title, detail}`). Each event's data is JSON.",
+    response_class=EventSourceResponse,
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
+async def query_stream(body: QueryRequest, runtime: RuntimeDep) -> EventSourceResponse:
+    events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+
+    async def emit(kind: str, data: dict[str, Any]) -> None:
+        await events.put({"event": kind, "data": json.dumps(data, default=str)})
+
+    async def run() -> None:
+        try:
+            result = await runtime.pipeline.run(body, emit)
+            await emit("done", result.model_dump(mode="json"))
+        except RagServiceError as exc:
+            await emit("error", {"status": exc.status_code, "title": exc.title, "detail": str(exc)})
+        except Exception:  # the stream must end with an event, never a dropped connection
+            log.exception("query stream failed")
+            await emit("error", {"status": 500, "title": "internal error",
+                                 "detail": "an unexpected error occurred; it has been logged"})
+        finally:
+            await events.put(None)
+
+    async def stream():  # noqa: ANN202
+        task = asyncio.create_task(run())
+        try:
+            while (item := await events.get()) is not None:
+                yield item
+        finally:
+            if not task.done():
+                task.cancel()
+
+    return EventSourceResponse(stream(), ping=15)
+
+
+class GuidelinesPublic(BaseModel):
+    version: int
+    guidelines: GuidelineSet
+
+
+class GuidelinesUpdate(BaseModel):
+    guidelines: GuidelineSet
+    comment: str | None = Field(default=None, max_length=2000)
+
+
+@router.get("/guidelines", response_model=GuidelinesPublic, summary="The router's current guidelines")
+async def get_guidelines(runtime: RuntimeDep) -> GuidelinesPublic:
+    version, guidelines = await runtime.guidelines.current()
+    return GuidelinesPublic(version=version, guidelines=guidelines)
+
+
+@router.put("/guidelines", response_model=GuidelinesPublic, summary="Store a new version of the guidelines",
+            description="Validated as a whole (unique names, known query types and strategies, valid regexes); "
+                        "the new version takes effect at once in this process and within seconds in others. "
+                        "Admin only once authentication exists.",
+            responses={422: {"description": "Invalid guidelines (the body says what to fix)"}})
+async def put_guidelines(body: GuidelinesUpdate, runtime: RuntimeDep) -> GuidelinesPublic:
+    version = await runtime.guidelines.put(body.guidelines, body.comment, author=None)
+    return GuidelinesPublic(version=version, guidelines=body.guidelines)

@@ -1,0 +1,152 @@
+"""The chain-of-thought generator: an LLM through the ``openai`` client, structured output
+validated with pydantic and retried with the validation error fed back (at most 3 tries), the
+answer streamed as it is written, every citation resolved and every cited claim checked."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Awaitable, Callable, Sequence
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from rag_service.errors import ProviderError
+from rag_service.pipeline.generation.citations import best_span, cited_numbers, verify_claims
+from rag_service.pipeline.generation.extractive import short_answer
+from rag_service.pipeline.generation.models import Citation, GeneratedAnswer
+from rag_service.pipeline.retrieval.models import Candidate
+from rag_service.prompts.registry import PromptRegistry
+from rag_service.providers.llm import LLM, Tier
+
+MAX_TRIES = 3
+PROMPT_NAME = "answer_cot"
+TokenSink = Callable[[str], Awaitable[None]]
+
+
+class LLMAnswer(BaseModel):
+    """The reply the prompt asks for."""
+
+    reasoning_steps: list[str] = Field(default_factory=list, max_length=30)
+    answer: str = Field(min_length=1, max_length=20_000)
+    citations: list[int] = Field(default_factory=list, max_length=100)
+    confidence: float = Field(ge=0, le=1)
+
+    @field_validator("citations")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        if any(n < 1 for n in value):
+            raise ValueError("citation numbers start at 1")
+        return value
+
+
+class AnswerFieldStreamer:
+    """Feeds on the raw JSON reply as it streams and passes on only the decoded text of its
+    ``"answer"`` string, so a client sees prose, not JSON."""
+
+    def __init__(self) -> None:
+        self._buffer = ""
+        self._state = "seeking"  # seeking -> inside -> done
+        self._escape = ""
+
+    def feed(self, piece: str) -> str:
+        out: list[str] = []
+        for char in piece:
+            if self._state == "seeking":
+                self._buffer += char
+                marker = self._buffer.rfind('"answer"')
+                if marker != -1:
+                    rest = self._buffer[marker + len('"answer"'):].lstrip()
+                    if rest.startswith(":") and rest[1:].lstrip().startswith('"'):
+                        self._state, self._buffer = "inside", ""
+            elif self._state == "inside":
+                if self._escape:
+                    self._escape += char
+                    if self._escape.startswith("\\u") and len(self._escape) < 6:
+                        continue
+                    with contextlib.suppress(ValueError):
+                        out.append(json.loads(f'"{self._escape}"'))
+                    self._escape = ""
+                elif char == "\\":
+                    self._escape = "\\"
+                elif char == '"':
+                    self._state = "done"
+                else:
+                    out.append(char)
+        return "".join(out)
+
+
+def _parse(reply: str) -> LLMAnswer:
+    text = reply.strip()
+    if text.startswith("```"):
+        text = text.strip("`")
+        text = text[text.find("{"):]
+    start, end = text.find("{"), text.rfind("}")
+    if start == -1 or end == -1:
+        raise ValueError("the reply holds no JSON object")
+    return LLMAnswer.model_validate_json(text[start:end + 1])
+
+
+class LLMGenerator:
+    name = "llm"
+
+    def __init__(self, llm: LLM, prompts: PromptRegistry | None = None, max_tries: int = MAX_TRIES) -> None:
+        self._llm = llm
+        self._prompts = prompts or PromptRegistry()
+        self._max_tries = max_tries
+
+    async def generate(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate], *,
+                       tier: Tier = "simple", injection_flagged: bool = False,
+                       on_token: TokenSink | None = None) -> GeneratedAnswer:
+        prompt = self._prompts.get(PROMPT_NAME)
+        passages = [{"title": c.hit.title, "source_uri": c.hit.source_uri, "text": c.hit.text} for c in context]
+        messages = prompt.render(passages=passages, question=question, sub_questions=list(sub_questions),
+                                 injection_flagged=injection_flagged)
+        errors: list[str] = []
+        for attempt in range(1, self._max_tries + 1):
+            if on_token is not None and attempt == 1:
+                reply = await self._streamed(messages, tier, on_token)
+            else:
+                reply = await self._llm.complete(messages, tier=tier, max_tokens=1024, json_mode=True)
+            try:
+                parsed = _parse(reply)
+            except (ValidationError, ValueError) as exc:
+                errors.append(str(exc).splitlines()[0])
+                messages = [*messages, {"role": "assistant", "content": reply[:4000]},
+                            {"role": "user", "content": f"That reply was not valid: {exc}. Reply again with only "
+                                                        "the JSON object described, fixing this."}]
+                continue
+            return self._answer(parsed, question, context, prompt.name, prompt.version, tier)
+        raise ProviderError(f"the LLM gave no valid answer in {self._max_tries} tries: {'; '.join(errors)}",
+                            stage="generator")
+
+    async def _streamed(self, messages: list[dict[str, str]], tier: Tier, on_token: TokenSink) -> str:
+        streamer = AnswerFieldStreamer()
+        pieces: list[str] = []
+        async for piece in self._llm.stream(messages, tier=tier, max_tokens=1024, json_mode=True):
+            pieces.append(piece)
+            visible = streamer.feed(piece)
+            if visible:
+                await on_token(visible)
+        return "".join(pieces)
+
+    def _answer(self, parsed: LLMAnswer, question: str, context: Sequence[Candidate], prompt_name: str,
+                prompt_version: int, tier: Tier) -> GeneratedAnswer:
+        sources = [c.hit.text for c in context]
+        claims = verify_claims(parsed.answer, sources)
+        cited = [n for n in cited_numbers(parsed.answer) if 1 <= n <= len(context)]
+        citations = []
+        for n in cited:
+            hit = context[n - 1].hit
+            citing = [c for c in claims if n in c.citations]
+            start, end, quote = best_span(" ".join(c.text for c in citing), hit.text)
+            # Verified only when every claim that cites this chunk is supported by it.
+            citations.append(Citation(
+                n=n, chunk_id=hit.chunk_id, document_id=hit.document_id, source_uri=hit.source_uri, title=hit.title,
+                start_char=hit.start_char + start, end_char=hit.start_char + end, quote=quote,
+                verified=all(c.verified for c in citing),
+            ))
+        return GeneratedAnswer(
+            answer=parsed.answer, short_answer=short_answer(question, parsed.answer), citations=citations,
+            claims=claims, confidence=parsed.confidence, reasoning_steps=parsed.reasoning_steps, generator="llm",
+            model=self._llm.model_for(tier), prompt_name=prompt_name, prompt_version=prompt_version,
+        )

@@ -1,0 +1,273 @@
+"""IntentParser: what a question asks, read by rules first (fast, deterministic).
+
+Output: the query type, entities (identifiers, quoted phrases, numbers, named things), time
+ranges resolved against "now", sub-questions, complexity, an ambiguity score with the missing
+pieces, and, when the question cannot be answered without more input, the questions to ask back.
+Follow-ups in a conversation have their references ("it", "their", "that document") resolved
+from the previous turn before anything else reads them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from rag_service.pipeline.retrieval.query_analysis import content_words, extract_patterns, split_subqueries
+from rag_service.pipeline.timeexpr import extract_time_ranges
+
+QueryType = Literal["factual", "exact_lookup", "comparison", "multi_step", "summary", "temporal", "out_of_scope"]
+Complexity = Literal["simple", "moderate", "complex"]
+
+_CHIT_CHAT = re.compile(
+    r"^\s*((hi|hello|hey|yo|good (morning|afternoon|evening))( there| all| everyone| team)?|thanks?( you)?( so much)?|"
+    r"thank you|cheers|bye|goodbye|how are you( doing)?|who are you|what are you|what can you do|"
+    r"tell me a joke|lol|ok(ay)?|cool|nice)\b[\s!.?,]*$", re.I)
+_COMPARISON = re.compile(r"\b(compare|comparison|versus|vs\.?|differen(ce|ces|t)|differ|better than|worse than|"
+                         r"pros and cons|trade-?offs?|contrast)\b", re.I)
+_SUMMARY = re.compile(r"\b(summar(y|ise|ize|ies)|overview|tl;?dr|outline|main points|key points|gist|recap)\b", re.I)
+_TEMPORAL = re.compile(r"\b(when|latest|most recent|recently|newest|history|timeline|changed|since|until|"
+                       r"before|after)\b", re.I)
+_STEPS = re.compile(r"\b(step[- ]by[- ]step|steps to|and then|after that|first .* then)\b", re.I)
+_LOOKUP = re.compile(r"^\s*(find|look ?up|show( me)?|get|search( for)?|where is|which document)\b", re.I)
+_PRONOUN = re.compile(r"\b(it|its|they|them|their|theirs|this|that|these|those|he|she|his|her)\b", re.I)
+_DEMONSTRATIVE_NOUN = re.compile(r"\b(that|this|the same|the previous|the last)\s+(document|doc|file|one|error|"
+                                 r"issue|report|article|page|section|paper|study)\b", re.I)
+_VAGUE = re.compile(r"\b(stuff|things?|something|whatever|etc|the thing)\b", re.I)
+_NUMBER = re.compile(r"(?<![\w.-])\d+(?:[.,]\d+)?%?(?![\w-])")
+_SENTENCE_START_WORDS = frozenset({"What", "How", "Why", "When", "Where", "Which", "Who", "Is", "Are", "Does",
+                                   "Do", "Can", "Could", "Should", "Compare", "Summarize", "Summarise", "Tell",
+                                   "Give", "Show", "Find", "List", "Explain", "Describe", "The", "A", "An", "In"})
+
+
+class TimeRangeModel(BaseModel):
+    expression: str
+    start: datetime | None
+    end: datetime | None
+
+
+class Entities(BaseModel):
+    identifiers: list[str] = Field(default_factory=list)
+    quoted: list[str] = Field(default_factory=list)
+    numbers: list[str] = Field(default_factory=list)
+    names: list[str] = Field(default_factory=list)
+
+    def main(self) -> str | None:
+        """The most specific thing the question is about (for resolving a follow-up's "it")."""
+        for group in (self.identifiers, self.quoted, self.names):
+            if group:
+                return group[0]
+        return None
+
+
+class Turn(BaseModel):
+    """What a later question in the conversation may refer back to."""
+
+    question: str
+    subject: str | None
+
+
+class Intent(BaseModel):
+    question: str = Field(description="The question as the pipeline reads it (references resolved).")
+    original: str
+    query_type: QueryType
+    entities: Entities
+    time_ranges: list[TimeRangeModel]
+    sub_questions: list[str]
+    complexity: Complexity
+    ambiguity: float = Field(ge=0, le=1)
+    missing: list[str] = Field(description="What the question lacks to be answerable.")
+    clarifications: list[str] = Field(description="Questions to ask back instead of guessing.")
+    resolved_references: dict[str, str] = Field(default_factory=dict)
+    confidence: float = Field(ge=0, le=1, description="How sure the rules are of the query type.")
+    parsed_by: Literal["rules", "rules+llm"] = "rules"
+
+    @property
+    def subject(self) -> str | None:
+        main = self.entities.main()
+        if main:
+            return main
+        words = content_words(self.question)
+        return " ".join(words[:4]) if words else None
+
+
+_TOKEN = re.compile(r"[A-Za-z][\w'-]*|[.?!;:,]")
+
+
+def _names(text: str, exclude: set[str]) -> list[str]:
+    """Runs of capitalised words that do not merely start a sentence, plus acronyms and CamelCase."""
+    names: list[str] = []
+    run: list[str] = []
+    sentence_start = True
+
+    def flush() -> None:
+        if run:
+            name = " ".join(run)
+            if name not in exclude and name not in names:
+                names.append(name)
+            run.clear()
+
+    for token in _TOKEN.findall(text):
+        if token in ".?!;:":
+            flush()
+            sentence_start = True
+            continue
+        if token == ",":
+            flush()
+            continue
+        special = bool(re.fullmatch(r"[A-Z]{2,}\w*|[A-Z][a-z]+[A-Z]\w*|[a-z]+[A-Z]\w*", token))
+        capitalised = token[0].isupper() and (not sentence_start or special) and token not in _SENTENCE_START_WORDS
+        if capitalised or (run and token[0].isupper()):
+            run.append(token)
+        else:
+            flush()
+        sentence_start = False
+    flush()
+    return names
+
+
+def extract_entities(text: str, time_expressions: Sequence[str] = ()) -> Entities:
+    patterns = extract_patterns(text)
+    identifiers = [p.text for p in patterns if p.kind == "identifier"]
+    quoted = [p.text for p in patterns if p.kind == "phrase"]
+    unquoted = re.sub(r'"[^"]*"', " ", text)
+    for expression in time_expressions:
+        unquoted = unquoted.replace(expression, " ")
+    names = _names(unquoted, set(identifiers))
+    numbers = [n for n in _NUMBER.findall(unquoted) if n not in identifiers]
+    return Entities(identifiers=identifiers, quoted=quoted, numbers=numbers, names=names)
+
+
+def resolve_references(question: str, history: Sequence[Turn]) -> tuple[str, dict[str, str]]:
+    """Replace pronouns and "that document"-style references with the previous turn's subject."""
+    subject = next((t.subject for t in reversed(history) if t.subject), None)
+    if not subject:
+        return question, {}
+    resolved: dict[str, str] = {}
+
+    def demonstrative(m: re.Match[str]) -> str:
+        resolved[m.group(0)] = subject
+        return subject
+
+    text = _DEMONSTRATIVE_NOUN.sub(demonstrative, question)
+
+    def pronoun(m: re.Match[str]) -> str:
+        word = m.group(0)
+        low = word.lower()
+        if low in ("this", "that", "these", "those"):
+            # Only as a standalone reference ("what about that?"), not "that is" / "this year".
+            tail = text[m.end():m.end() + 12].lower()
+            if re.match(r"\s+(is|was|are|were|year|week|month|quarter|day|one|document|time)\b", tail):
+                return word
+        replacement = f"{subject}'s" if low in ("its", "their", "theirs", "his", "her") else subject
+        resolved[word] = replacement
+        return replacement
+
+    text = _PRONOUN.sub(pronoun, text)
+    return text, resolved
+
+
+class IntentParser:
+    """Rule-based parser. ``ambiguity_threshold``: at or above it the pipeline asks back."""
+
+    def __init__(self, ambiguity_threshold: float = 0.6) -> None:
+        if not 0 < ambiguity_threshold <= 1:
+            raise ValueError("ambiguity_threshold must be in (0, 1]")
+        self.ambiguity_threshold = ambiguity_threshold
+
+    def parse(self, question: str, now: datetime, history: Sequence[Turn] = ()) -> Intent:
+        original = question
+        question, resolved = resolve_references(question, history) if history else (question, {})
+        ranges = [TimeRangeModel(expression=r.expression, start=r.start, end=r.end)
+                  for r in extract_time_ranges(question, now)]
+        entities = extract_entities(question, [r.expression for r in ranges])
+        subs = split_subqueries(question)
+        words = content_words(question)
+        query_type, confidence = self._type(question, entities, ranges, subs, words)
+        missing, clarifications = self._gaps(question, query_type, entities, words, resolved, history)
+        ambiguity = self._ambiguity(question, query_type, words, missing, resolved, history)
+        if ambiguity < self.ambiguity_threshold:
+            clarifications = []
+        complexity = self._complexity(question, query_type, subs, entities, words)
+        return Intent(question=question, original=original, query_type=query_type, entities=entities,
+                      time_ranges=ranges, sub_questions=subs, complexity=complexity, ambiguity=round(ambiguity, 3),
+                      missing=missing, clarifications=clarifications, resolved_references=resolved,
+                      confidence=confidence)
+
+    @staticmethod
+    def _type(question: str, entities: Entities, ranges: list[TimeRangeModel], subs: list[str],
+              words: list[str]) -> tuple[QueryType, float]:
+        if _CHIT_CHAT.match(question):
+            return "out_of_scope", 0.9
+        if not words:
+            # Only stop words: a bare reference ("it?") is a question that needs its subject.
+            return ("factual", 0.3) if _PRONOUN.search(question) else ("out_of_scope", 0.6)
+        if len(subs) >= 2 or _STEPS.search(question):
+            return "multi_step", 0.8
+        if _COMPARISON.search(question):
+            return "comparison", 0.85
+        if _SUMMARY.search(question):
+            return "summary", 0.85
+        if ranges:
+            return "temporal", 0.85
+        # "error E-4012", 'find "pool exhausted"': the identifier is the question. A question that
+        # merely mentions one ("what does ef_search trade off?") is factual.
+        if (entities.identifiers or entities.quoted) and (len(words) <= 3 or _LOOKUP.match(question)):
+            return "exact_lookup", 0.8
+        if _TEMPORAL.search(question):
+            return "temporal", 0.6
+        return "factual", 0.7 if len(words) >= 2 else 0.4
+
+    @staticmethod
+    def _gaps(question: str, query_type: QueryType, entities: Entities, words: list[str],
+              resolved: dict[str, str], history: Sequence[Turn]) -> tuple[list[str], list[str]]:
+        missing: list[str] = []
+        asks: list[str] = []
+        unresolved_reference = not history and (_DEMONSTRATIVE_NOUN.search(question) or (
+            _PRONOUN.search(question) and len(words) <= 3))
+        if unresolved_reference:
+            missing.append("what 'it'/'that' refers to")
+            asks.append("Which document, product or topic do you mean?")
+        if query_type == "comparison":
+            things = entities.identifiers + entities.quoted + entities.names
+            vs = re.split(r"\b(?:vs\.?|versus|and|or|with|to|from)\b", question, flags=re.I)
+            if len(things) < 2 and len([p for p in vs if content_words(p)]) < 2:
+                missing.append("the second thing to compare")
+                asks.append("What should it be compared with?")
+        framed = len(re.findall(r"[\w'-]+", question)) > len(words)  # "What is X?" asks something about X
+        if query_type in ("factual", "temporal") and len(words) == 1 and not framed \
+                and not (entities.identifiers or entities.quoted):
+            missing.append("what you want to know about it")
+            asks.append(f"What would you like to know about {words[0]}?")
+        if _VAGUE.search(question) and len(words) <= 4:
+            missing.append("a specific subject")
+            asks.append("Could you name the specific subject or document?")
+        return missing, asks
+
+    @staticmethod
+    def _ambiguity(question: str, query_type: QueryType, words: list[str], missing: list[str],
+                   resolved: dict[str, str], history: Sequence[Turn]) -> float:
+        if query_type == "out_of_scope":
+            return 0.0
+        score = 0.0
+        score += 0.4 * len(missing)
+        if len(words) <= 2:
+            score += 0.2
+        if _PRONOUN.search(question) and not history:
+            score += 0.2
+        return min(score, 1.0)
+
+    @staticmethod
+    def _complexity(question: str, query_type: QueryType, subs: list[str], entities: Entities,
+                    words: list[str]) -> Complexity:
+        things = len(entities.identifiers + entities.quoted + entities.names)
+        sides = len([p for p in re.split(r"\b(?:vs\.?|versus)\b|,|\band\b|:", question, flags=re.I)
+                     if content_words(p)])
+        if query_type == "multi_step" or len(subs) >= 3 or (query_type == "comparison" and max(things, sides) >= 3):
+            return "complex"
+        if query_type in ("comparison", "summary", "temporal") or len(words) > 12:
+            return "moderate"
+        return "simple"

@@ -1,0 +1,65 @@
+"""A small prompt registry: named Jinja2 templates with versions, shipped in the package.
+
+``templates/<name>.v<version>.j2``; the highest version is current. The review issue extends
+this with versions stored in the database, experiments and promotion.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from jinja2 import Environment, StrictUndefined, TemplateSyntaxError
+
+from rag_service.errors import ConfigError, NotFoundError
+
+_FILE = re.compile(r"^(?P<name>[a-z0-9_]+)\.v(?P<version>\d+)\.j2$")
+_ENV = Environment(undefined=StrictUndefined, autoescape=False, trim_blocks=True, lstrip_blocks=True,
+                   keep_trailing_newline=False)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    name: str
+    version: int
+    source: str
+
+    def render(self, **variables: Any) -> list[dict[str, str]]:
+        """Chat messages: the template's ``[system]`` and ``[user]`` sections, rendered."""
+        text = _ENV.from_string(self.source).render(**variables)
+        parts = re.split(r"^\[(system|user|assistant)\]\s*$", text, flags=re.M)
+        messages = [{"role": role, "content": content.strip()} for role, content in zip(parts[1::2], parts[2::2],
+                                                                                        strict=True)]
+        if not messages:
+            raise ConfigError(f"prompt {self.name} v{self.version} has no [system]/[user] sections")
+        return messages
+
+
+class PromptRegistry:
+    def __init__(self) -> None:
+        self._prompts: dict[str, dict[int, Prompt]] = {}
+        for entry in resources.files("rag_service.prompts").joinpath("templates").iterdir():
+            m = _FILE.match(entry.name)
+            if not m:
+                continue
+            source = entry.read_text(encoding="utf-8")
+            try:
+                _ENV.parse(source)
+            except TemplateSyntaxError as exc:
+                raise ConfigError(f"prompt template {entry.name} is invalid: {exc}") from exc
+            self._prompts.setdefault(m["name"], {})[int(m["version"])] = Prompt(m["name"], int(m["version"]), source)
+
+    def get(self, name: str, version: int | None = None) -> Prompt:
+        versions = self._prompts.get(name)
+        if not versions:
+            raise NotFoundError(f"no prompt named {name!r}; known: {sorted(self._prompts)}")
+        if version is None:
+            return versions[max(versions)]
+        if version not in versions:
+            raise NotFoundError(f"prompt {name!r} has versions {sorted(versions)}, not {version}")
+        return versions[version]
+
+    def names(self) -> list[str]:
+        return sorted(self._prompts)

@@ -1,0 +1,167 @@
+"""Generators: extractive (pure), chain-of-thought against a local OpenAI-compatible server,
+citation verification and the streamed answer field."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from rag_service.config import load_settings
+from rag_service.domain import SearchHit
+from rag_service.errors import ProviderError
+from rag_service.pipeline.generation.citations import cited_numbers, support, verify_claims
+from rag_service.pipeline.generation.extractive import ExtractiveGenerator
+from rag_service.pipeline.generation.llm_generator import AnswerFieldStreamer, LLMGenerator
+from rag_service.pipeline.generation.text import split_sentences
+from rag_service.pipeline.retrieval.models import Candidate
+from rag_service.providers.llm import make_llm
+from tests.fake_openai import Reply, fake_openai
+
+PANTHERS = ("The Panthers defense gave up just 308 points, ranking sixth in the league. Pro Bowl defensive tackle "
+            "Kawann Short led the team in sacks with 11. The team played its home games in Charlotte.")
+BRONCOS = "The Broncos won Super Bowl 50 on February 7, 2016, beating the Panthers 24-10."
+
+
+def candidate(text: str, uri: str, start: int = 0) -> Candidate:
+    hit = SearchHit(chunk_id=uuid.uuid4(), document_id=uuid.uuid4(), parent_id=None, ordinal=0, source_uri=uri,
+                    title=uri.upper(), text=text, start_char=start, end_char=start + len(text), score=1.0)
+    return Candidate(hit=hit, fused_score=1.0)
+
+
+CONTEXT = [candidate(PANTHERS, "panthers", start=500), candidate(BRONCOS, "broncos")]
+
+
+def test_sentences_keep_offsets() -> None:
+    for s in split_sentences(PANTHERS):
+        assert PANTHERS[s.start:s.end] == s.text
+    assert [s.text for s in split_sentences("Dr. No met Mr. Bond at 3.5 p.m. today. Then left.")] == [
+        "Dr. No met Mr. Bond at 3.5 p.m. today.", "Then left."]
+
+
+@pytest.mark.parametrize("question, expected", [
+    ("How many points did the Panthers defense give up?", "308"),
+    ("Who led the Panthers in sacks?", "Kawann Short"),
+    ("When did the Broncos win Super Bowl 50?", "February 7, 2016"),
+    ("Where did the Panthers play home games?", "Charlotte"),
+    ("Why is the sky blue?", None),
+])
+def test_short_answers_by_question_kind(question: str, expected: str | None) -> None:
+    best = ExtractiveGenerator().generate(question, [], CONTEXT)
+    assert best.short_answer == expected
+
+
+def test_extractive_answer_cites_the_sentence_it_quotes() -> None:
+    answer = ExtractiveGenerator().generate("Who led the Panthers in sacks?", [], CONTEXT, retrieval_confidence=0.8)
+    assert answer.generator == "extractive"
+    first = answer.citations[0]
+    assert first.n == 1 and first.source_uri == "panthers"
+    assert "Kawann Short" in first.quote
+    # Offsets are document offsets: the chunk starts at 500.
+    assert PANTHERS[first.start_char - 500:first.end_char - 500] == first.quote
+    assert all(c.verified for c in answer.claims) and "[1]" in answer.answer
+    assert 0 < answer.confidence <= 1
+
+
+def test_extractive_answers_each_sub_question() -> None:
+    answer = ExtractiveGenerator().generate(
+        "Who led the Panthers in sacks and who won Super Bowl 50?", ["Who led the Panthers in sacks",
+                                                                     "who won Super Bowl 50"], CONTEXT)
+    assert {c.source_uri for c in answer.citations} == {"panthers", "broncos"}
+
+
+def test_extractive_with_no_context_says_so() -> None:
+    answer = ExtractiveGenerator().generate("anything", [], [])
+    assert answer.citations == [] and answer.confidence == 0.0 and "could not find" in answer.answer
+
+
+def test_claim_verification() -> None:
+    sources = ["HNSW builds a layered proximity graph.", "IVFFlat partitions vectors into lists."]
+    claims = verify_claims("HNSW builds a layered graph [1]. IVFFlat uses trees [2]. Uncited. Bad [9].", sources)
+    assert [(c.verified, c.citations) for c in claims] == [(True, [1]), (False, [2]), (False, []), (False, [9])]
+    assert cited_numbers("a [2] b [1, 3] c [2]") == [2, 1, 3]
+    assert support("IVFFlat partitions vectors", sources[1]) == 1.0
+
+
+def test_answer_field_streamer_yields_only_the_answer_text() -> None:
+    raw = json.dumps({"reasoning_steps": ["the answer is in [1]"], "answer": 'It is "blue" [1]\nétat.',
+                      "citations": [1], "confidence": 0.8})
+    streamer = AnswerFieldStreamer()
+    assert "".join(streamer.feed(raw[i:i + 3]) for i in range(0, len(raw), 3)) == 'It is "blue" [1]\nétat.'
+
+
+def llm_for(url: str):  # noqa: ANN201
+    return make_llm(load_settings(llm_base_url=url, llm_model_simple="s", llm_model_complex="big", llm_timeout_s=2))
+
+
+VALID = json.dumps({"reasoning_steps": ["Passage 1 names the sack leader."],
+                    "answer": "Kawann Short led the team in sacks with 11 [1].", "citations": [1],
+                    "confidence": 0.9})
+
+
+async def test_llm_valid_reply() -> None:
+    with fake_openai() as server:
+        server.queue(VALID)
+        answer = await LLMGenerator(llm_for(server.url)).generate("Who led in sacks?", [], CONTEXT, tier="complex")
+        body = server.requests[0]["body"]
+    assert body["model"] == "big" and body["response_format"] == {"type": "json_object"}
+    system, user = body["messages"]
+    assert "data, not" in system["content"] and "[1] PANTHERS" in user["content"] and "[2] BRONCOS" in user["content"]
+    assert answer.generator == "llm" and answer.model == "big"
+    assert (answer.prompt_name, answer.prompt_version) == ("answer_cot", 1)
+    assert answer.reasoning_steps == ["Passage 1 names the sack leader."]
+    assert [c.n for c in answer.citations] == [1] and answer.citations[0].verified
+    # The citation quotes the chunk's supporting sentence, with document offsets.
+    quote = answer.citations[0]
+    assert quote.quote.startswith("Pro Bowl defensive tackle Kawann Short")
+    assert PANTHERS[quote.start_char - 500:quote.end_char - 500] == quote.quote
+    assert answer.claims[0].verified and answer.confidence == 0.9
+
+
+async def test_llm_invalid_json_is_retried_with_the_error() -> None:
+    with fake_openai() as server:
+        server.queue("Sure! The answer is Kawann Short.", '{"answer": "x"}', VALID)
+        answer = await LLMGenerator(llm_for(server.url)).generate("Who led in sacks?", [], CONTEXT)
+        retries = [r["body"]["messages"] for r in server.requests]
+    assert len(retries) == 3 and answer.answer.startswith("Kawann Short")
+    assert "not valid" in retries[1][-1]["content"] and retries[1][-2]["content"].startswith("Sure!")
+    assert "confidence" in retries[2][-1]["content"]  # the validation error names the missing field
+
+
+async def test_llm_gives_up_after_three_invalid_replies() -> None:
+    with fake_openai() as server:
+        server.queue("no", "still no", "never")
+        with pytest.raises(ProviderError, match="3 tries"):
+            await LLMGenerator(llm_for(server.url)).generate("q", [], CONTEXT)
+
+
+async def test_llm_unsupported_and_unresolvable_citations_are_flagged() -> None:
+    reply = json.dumps({"reasoning_steps": [], "answer": "The Panthers won Super Bowl 50 [1]. The team played "
+                        "home games in Charlotte [1]. Something [7].", "citations": [1, 7], "confidence": 0.5})
+    with fake_openai() as server:
+        server.queue(reply)
+        answer = await LLMGenerator(llm_for(server.url)).generate("q", [], CONTEXT)
+    assert [c.n for c in answer.citations] == [1]  # [7] resolves to nothing and is not listed
+    assert [c.verified for c in answer.claims] == [False, True, False]
+    assert answer.citations[0].verified is False  # one claim citing [1] is unsupported
+
+
+async def test_llm_streams_the_answer_text() -> None:
+    pieces: list[str] = []
+
+    async def sink(text: str) -> None:
+        pieces.append(text)
+
+    with fake_openai() as server:
+        server.queue(VALID)
+        answer = await LLMGenerator(llm_for(server.url)).generate("Who led in sacks?", [], CONTEXT, on_token=sink)
+        assert server.requests[0]["body"]["stream"] is True
+    assert len(pieces) > 3 and "".join(pieces) == answer.answer
+
+
+async def test_llm_timeout_is_a_provider_error() -> None:
+    with fake_openai() as server:
+        server.default = Reply(VALID, delay_s=3)
+        with pytest.raises(ProviderError, match="LLM request"):
+            await LLMGenerator(llm_for(server.url)).generate("q", [], CONTEXT)
