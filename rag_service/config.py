@@ -41,8 +41,10 @@ class Settings(BaseSettings):
         description="PostgreSQL with pgvector. Unset: an embedded PostgreSQL under data_dir.",
     )
     data_dir: Path = Field(default=Path(".ragsvc"), description="Embedded database and local state.")
-    db_pool_size: int = Field(default=5, ge=1, le=100)
-    db_max_overflow: int = Field(default=10, ge=0, le=200)
+    # A query runs its strategies on separate connections; 16 pooled connections serve about 16
+    # concurrent requests without opening (and forking a PostgreSQL backend for) new ones.
+    db_pool_size: int = Field(default=16, ge=1, le=100)
+    db_max_overflow: int = Field(default=16, ge=0, le=200)
     db_statement_timeout_ms: int = Field(default=30_000, ge=100)
     text_search_config: str = Field(default="english", description="PostgreSQL text search configuration.")
     hnsw_m: int = Field(default=16, ge=2, le=100)
@@ -111,6 +113,10 @@ class Settings(BaseSettings):
     query_retrieve_budget_s: float = Field(default=10.0, gt=0, description="Time budget of one retrieval step.")
     query_generate_budget_s: float = Field(default=60.0, gt=0, description="Time budget of the generation step.")
     conversation_turns: int = Field(default=5, ge=0, le=50, description="Earlier turns a follow-up may refer to.")
+    query_retrieval_candidates: int = Field(
+        default=40, ge=1, le=1000,
+        description="Depth of each strategy's list when answering (search uses retrieval_candidates).",
+    )
 
     # --- jobs ------------------------------------------------------------------------------------
     serve_worker: Literal["auto", "on", "off"] = Field(

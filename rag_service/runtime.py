@@ -79,9 +79,10 @@ class Runtime:
         return QueryPipeline(
             retriever=self.retriever, store=self.store, guidelines=self.guidelines, query_log=QueryLog(self.db),
             parser=IntentParser(ambiguity_threshold=s.clarify_ambiguity_threshold),
-            llm_generator=LLMGenerator(self.llm) if self.llm is not None else None,
+            llm_generator=LLMGenerator(self.llm) if self.llm is not None else None, intent_llm=self.llm,
             config=PipelineConfig(retrieve_budget_s=s.query_retrieve_budget_s,
-                                  generate_budget_s=s.query_generate_budget_s, history_turns=s.conversation_turns),
+                                  generate_budget_s=s.query_generate_budget_s, history_turns=s.conversation_turns,
+                                  candidates=s.query_retrieval_candidates),
         )
 
     @cached_property

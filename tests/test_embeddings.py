@@ -83,6 +83,18 @@ async def test_embed_runs_off_the_event_loop(local_embedder: LocalEmbedder) -> N
     assert ticks > 5, "the event loop was blocked while embedding"
 
 
+async def test_concurrent_small_requests_share_model_calls(local_embedder: LocalEmbedder) -> None:
+    import asyncio
+
+    queries = [f"question number {i} about vector search" for i in range(24)]
+    alone = local_embedder.encode(queries)
+    before = local_embedder._batcher().batches
+    results = await asyncio.gather(*[local_embedder.embed([q]) for q in queries])
+    calls = local_embedder._batcher().batches - before
+    np.testing.assert_allclose(np.vstack(results), alone, atol=1e-5)  # each caller gets its own vector
+    assert calls < len(queries) / 2, f"{calls} model calls for {len(queries)} concurrent queries"
+
+
 def test_empty_input(local_embedder: LocalEmbedder) -> None:
     assert local_embedder.encode([]).shape == (0, 384)
 

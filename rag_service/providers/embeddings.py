@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -63,6 +63,7 @@ class LocalEmbedder:
         self._model = None
         self._load_lock = threading.Lock()
         self._encode_lock = threading.Lock()
+        self._micro: _MicroBatcher | None = None
 
     @property
     def name(self) -> str:
@@ -124,7 +125,60 @@ class LocalEmbedder:
         """Nothing to release: the model stays loaded for the life of the process."""
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return await asyncio.to_thread(self.encode, texts)
+        if len(texts) > _SMALL_REQUEST:
+            return await asyncio.to_thread(self.encode, texts)
+        return await self._batcher().submit(list(texts))
+
+    def _batcher(self) -> _MicroBatcher:
+        loop = asyncio.get_running_loop()
+        if self._micro is None or self._micro.loop is not loop:
+            self._micro = _MicroBatcher(loop, self.encode)
+        return self._micro
+
+
+# Requests this small (queries) are pooled: under concurrent load, the queries that arrive while
+# one batch is encoding are encoded together next, one model call instead of many.
+_SMALL_REQUEST = 4
+_MAX_POOLED_TEXTS = 64
+
+
+class _MicroBatcher:
+    def __init__(self, loop: asyncio.AbstractEventLoop, encode: Callable[[Sequence[str]], np.ndarray]) -> None:
+        self.loop = loop
+        self._encode = encode
+        self._pending: list[tuple[list[str], asyncio.Future[np.ndarray]]] = []
+        self._worker: asyncio.Task[None] | None = None
+        self.batches = 0  # model calls made (for tests and diagnostics)
+
+    async def submit(self, texts: list[str]) -> np.ndarray:
+        future: asyncio.Future[np.ndarray] = self.loop.create_future()
+        self._pending.append((texts, future))
+        if self._worker is None or self._worker.done():
+            self._worker = self.loop.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        while self._pending:
+            batch: list[tuple[list[str], asyncio.Future[np.ndarray]]] = []
+            count = 0
+            while self._pending and count < _MAX_POOLED_TEXTS:
+                item = self._pending.pop(0)
+                batch.append(item)
+                count += len(item[0])
+            texts = [t for item_texts, _ in batch for t in item_texts]
+            try:
+                vectors = await asyncio.to_thread(self._encode, texts)
+            except Exception as exc:  # every waiting caller gets the error
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            self.batches += 1
+            start = 0
+            for item_texts, future in batch:
+                if not future.done():
+                    future.set_result(vectors[start:start + len(item_texts)])
+                start += len(item_texts)
 
 
 class OpenAIEmbedder:

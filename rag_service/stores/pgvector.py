@@ -8,7 +8,9 @@ temporary table and one INSERT ... ON CONFLICT, so a batch is a handful of round
 from __future__ import annotations
 
 import re
+import time
 import uuid
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -151,8 +153,31 @@ class PgVectorStore:
         self._ef_search = ef_search
         self._pattern_timeout_ms = pattern_timeout_ms
         self._schema: SchemaInfo | None = None
+        self._vector_registered: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._known_collections: dict[str, float] = {}
 
     # --- schema --------------------------------------------------------------------------
+
+    async def _raw_with_vector(self, conn: AsyncConnection) -> Any:
+        """The psycopg connection under ``conn``, with pgvector's types registered once per
+        connection (registering looks the type up in the catalog: a round trip each time)."""
+        raw = (await conn.get_raw_connection()).driver_connection
+        if raw not in self._vector_registered:
+            await register_vector_async(raw)
+            self._vector_registered.add(raw)
+        return raw
+
+    async def collection_exists(self, name: str) -> bool:
+        """Whether the collection exists; a yes is remembered for a few seconds (collections are
+        created far more rarely than they are searched)."""
+        now = time.monotonic()
+        if self._known_collections.get(name, 0.0) > now:
+            return True
+        async with self._db.connect() as conn:
+            found = (await conn.execute(select(Collection.id).where(Collection.name == name))).first() is not None
+        if found:
+            self._known_collections[name] = now + 5.0
+        return found
 
     async def schema(self) -> SchemaInfo:
         """Parameters fixed by the migration (read once): vector dimension, text search config."""
@@ -240,8 +265,7 @@ class PgVectorStore:
         rows = [self._copy_row(chunk, dim) for chunk in latest.values()]
         columns = ", ".join(_CHUNK_COLUMNS)
         updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in _CHUNK_COLUMNS if c != "id")
-        raw = (await conn.get_raw_connection()).driver_connection
-        await register_vector_async(raw)
+        raw = await self._raw_with_vector(conn)
         async with raw.cursor() as cur:
             await cur.execute(
                 "CREATE TEMP TABLE _chunks_in (LIKE chunks INCLUDING DEFAULTS) ON COMMIT DROP;"
@@ -546,8 +570,7 @@ class PgVectorStore:
         if not chunk_ids:
             return {}
         async with self._db.connect() as conn:
-            raw = (await conn.get_raw_connection()).driver_connection
-            await register_vector_async(raw)
+            raw = await self._raw_with_vector(conn)
             async with raw.cursor(binary=True) as cur:
                 await cur.execute("SELECT id, embedding FROM chunks WHERE id = ANY(%s) AND embedding IS NOT NULL",
                                   (list(chunk_ids),))
@@ -558,10 +581,6 @@ class PgVectorStore:
         async with self._db.connect() as conn:
             await conn.execute(text(f"SET LOCAL hnsw.ef_search = {self._ef_search}"))
             return "\n".join(row[0] for row in await conn.execute(Explain(statement)))
-
-    async def collection_exists(self, name: str) -> bool:
-        async with self._db.connect() as conn:
-            return (await conn.execute(select(Collection.id).where(Collection.name == name))).first() is not None
 
     async def searchable_chunks(self, collection: str | None) -> int:
         """Searchable (embedded) chunks in a collection, or in all: one row read, kept by triggers."""

@@ -165,3 +165,20 @@ async def test_llm_timeout_is_a_provider_error() -> None:
         server.default = Reply(VALID, delay_s=3)
         with pytest.raises(ProviderError, match="LLM request"):
             await LLMGenerator(llm_for(server.url)).generate("q", [], CONTEXT)
+
+
+async def test_llm_refines_an_unsure_intent() -> None:
+    from datetime import UTC, datetime
+
+    from rag_service.pipeline.intent import IntentParser
+    from rag_service.pipeline.intent_llm import RULES_UNSURE_BELOW, refine_with_llm
+
+    intent = IntentParser().parse("it?", datetime(2026, 1, 1, tzinfo=UTC))
+    assert intent.confidence < RULES_UNSURE_BELOW
+    with fake_openai() as server:
+        server.queue(json.dumps({"query_type": "summary", "sub_questions": ["a", "b"]}), '{"query_type": "poem"}')
+        refined = await refine_with_llm(intent, llm_for(server.url))
+        with pytest.raises(ProviderError, match="unknown query type"):
+            await refine_with_llm(intent, llm_for(server.url))
+    assert (refined.query_type, refined.sub_questions, refined.parsed_by) == ("summary", ["a", "b"], "rules+llm")
+    assert refined.entities == intent.entities and refined.time_ranges == intent.time_ranges

@@ -55,6 +55,8 @@ class RetrievalRequest(BaseModel):
     rerank: bool | None = None
     adaptive: bool | None = None
     expand_parents: bool = False
+    candidates: int | None = Field(default=None, ge=1, le=1000,
+                                   description="Depth of each strategy's list (default: the configured one).")
 
     @field_validator("query")
     @classmethod
@@ -136,7 +138,7 @@ class Retriever:
         missing = [n for n in names if n not in self._strategies]
         if missing:
             raise InvalidInputError(f"unknown strategies {missing}; available: {sorted(self._strategies)}")
-        depth = max(cfg.candidates, request.top_k)
+        depth = max(request.candidates or cfg.candidates, request.top_k)
         adaptive = cfg.adaptive if request.adaptive is None else request.adaptive
         session = _Session(self, names, request.filter)
 
