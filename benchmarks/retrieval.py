@@ -12,10 +12,13 @@ Latency is the wall time of each ``retrieve`` call (query embedding included), p
 after one unmeasured warm-up call per configuration. Configurations:
 
   semantic, keyword, metadata, pattern   one strategy alone, no reranker, no adaptive loop
+  semantic-exact                         semantic as an exact scan instead of HNSW
+  keyword-ts_rank_cd                     keyword with PostgreSQL's ts_rank_cd instead of BM25
   rrf                                    all four fused (weighted RRF), no reranker, no adaptive loop
   rrf+local                              the same, reordered by the local learned ranker
   rrf+cohere                             the same with Cohere Rerank (only with RAGSVC_COHERE_API_KEY)
   adaptive                               default strategies and adaptive loop, no reranker
+  adaptive-forced                        the same with the confidence threshold at 1.0 (every action tried)
   default                                a request naming only query/collection/top_k: the headline
 
 For the adaptive loop the mean number of iterations is reported; for reranked configurations, how
@@ -73,7 +76,12 @@ RAGSVC = str(Path(sys.executable).parent / "ragsvc")
 # (name, request fields beyond query/filter/top_k, Settings the runtime needs beyond the defaults)
 CONFIGURATIONS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("semantic", {"strategies": ("semantic",), "rerank": False, "adaptive": False}, {}),
+    ("semantic-exact", {"strategies": ("semantic",), "rerank": False, "adaptive": False},
+     {"semantic_exact_below": 1_000_000_000}),
     ("keyword", {"strategies": ("keyword",), "rerank": False, "adaptive": False}, {}),
+    # PostgreSQL's own ranking, for comparison with the BM25 index (websearch_to_tsquery ANDs the words).
+    ("keyword-ts_rank_cd", {"strategies": ("keyword",), "rerank": False, "adaptive": False},
+     {"keyword_scoring": "ts_rank_cd"}),
     ("metadata", {"strategies": ("metadata",), "rerank": False, "adaptive": False}, {}),
     ("pattern", {"strategies": ("pattern",), "rerank": False, "adaptive": False}, {}),
     ("rrf", {"strategies": ALL_STRATEGIES, "rerank": False, "adaptive": False}, {}),

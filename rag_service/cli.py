@@ -18,6 +18,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from rag_service.config import Settings, get_settings, hide_password
 from rag_service.errors import RagServiceError
@@ -281,7 +282,7 @@ def search(
     for hit in result["results"]:
         ranks = " ".join(f"{name}:{rank}" for name, rank in hit["ranks"].items())
         snippet = " ".join(hit["text"].split())[:160]
-        table.add_row(str(hit["rank"]), f"{hit['score']:.3f}", hit["source_uri"], ranks, snippet)
+        table.add_row(str(hit["rank"]), f"{hit['score']:.3f}", Text(hit["source_uri"]), ranks, Text(snippet))
     Console().print(table)
     if result["rerank"] and result["rerank"]["error"]:
         stderr.print(f"[yellow]reranker[/]: {result['rerank']['error']}")
@@ -329,20 +330,24 @@ def ask(
     if result["outcome"] == "clarification":
         console.print("[bold]Could you clarify?[/]")
         for item in result["clarification"]["questions"]:
-            console.print(f"  - {item}")
+            console.print(Text(f"  - {item}"))
         return
-    console.print(result["answer"], highlight=False)
+    # Document text is printed as text: a "[/x]" in a source must not be read as Rich markup.
+    console.print(result["answer"], markup=False, highlight=False)
     if result.get("short_answer"):
-        console.print(f"\n[bold]Short answer:[/] {result['short_answer']}", highlight=False)
+        console.print(Text.assemble(("\nShort answer: ", "bold"), result["short_answer"]))
     if result["citations"]:
         console.print("\n[bold]Sources[/]")
         for c in result["citations"]:
-            mark = "" if c["verified"] else " [yellow](not verified)[/]"
-            console.print(f"  [{c['n']}] {c['title'] or c['source_uri']} ({c['source_uri']}, "
-                          f"chars {c['start_char']}-{c['end_char']}){mark}", highlight=False)
-    extra = f"; {result['fallback_reason']}" if result.get("fallback_reason") else ""
-    stderr.print(f"[dim]{result['generator']} answer, confidence {result['confidence']:.2f}, "
-                 f"{result['timings_ms']['total']:.0f} ms{extra}[/]")
+            line = Text(f"  [{c['n']}] {c['title'] or c['source_uri']} ({c['source_uri']}, "
+                        f"chars {c['start_char']}-{c['end_char']})")
+            if not c["verified"]:
+                line.append(" (not verified)", style="yellow")
+            console.print(line)
+    if result["outcome"] == "answered":
+        extra = f"; {result['fallback_reason']}" if result.get("fallback_reason") else ""
+        stderr.print(Text(f"{result['generator']} answer, confidence {result['confidence']:.2f}, "
+                          f"{result['timings_ms']['total']:.0f} ms{extra}", style="dim"))
 
 
 jobs_app = typer.Typer(help="Ingestion jobs.", no_args_is_help=True)

@@ -75,3 +75,19 @@ class ProviderError(RagServiceError):
     status_code = 502
     exit_code = 5
     title = "provider error"
+
+
+class StepTimeoutError(RagServiceError):
+    """A pipeline step ran out of its time budget and had no fallback left."""
+
+    status_code = 504
+    exit_code = 5
+    title = "timed out"
+
+
+class RetrievalUnavailableError(RagServiceError):
+    """Every retrieval strategy failed (for reasons other than the caller's input)."""
+
+    status_code = 503
+    exit_code = 5
+    title = "retrieval unavailable"

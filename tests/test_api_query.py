@@ -101,6 +101,40 @@ def test_small_talk_is_declined(client: TestClient) -> None:
     assert result["outcome"] == "declined" and "documents" in result["answer"]
 
 
+def test_conversations_belong_to_their_caller(client: TestClient) -> None:
+    ask(client, question="What is IVFFlat?", conversation_id="conv-owned", principals=["team-a"])
+    other = ask(client, question="How does it choose lists?", conversation_id="conv-owned", principals=["team-b"])
+    assert other["question"] == "How does it choose lists?" and other["intent"]["resolved_references"] == {}
+    owner = ask(client, question="How does it choose lists?", conversation_id="conv-owned", principals=["team-a"])
+    assert owner["question"] == "How does IVFFlat choose lists?"
+
+
+def test_time_scoped_questions_keep_their_date_filter(client: TestClient) -> None:
+    result = ask(client, question="What happened to the connection pool in 2019?")
+    assert result["route"]["guideline"] == "time-scoped"
+    # Every document here is dated after 2019 (their ingest time): nothing may be cited, and
+    # the adaptive loop must not have dropped the filter to find something.
+    assert result["citations"] == [] and "could not find" in result["answer"]
+
+
+def test_naive_and_aware_dates_mix(client: TestClient) -> None:
+    body = {"query": "dough", "collection": "kb", "filters": {"date_from": "2020-01-01T00:00:00Z",
+                                                                "date_to": "2100-01-01T00:00:00"}}
+    assert client.post("/v1/search", json=body).status_code == 200
+    reversed_ = {**body, "filters": {"date_from": "2100-01-01", "date_to": "2020-01-01T00:00:00Z"}}
+    response = client.post("/v1/search", json=reversed_)
+    assert response.status_code == 422 and "date_from" in response.json()["detail"]
+
+
+def test_pathological_guideline_regexes_cannot_stall_queries(client: TestClient) -> None:
+    current = client.get("/v1/guidelines").json()
+    rules = current["guidelines"]
+    rules["guidelines"].append({"name": "slow", "priority": 1, "when": {"question_matches": "(a|aa)+c"},
+                                "route": {"top_k": 1}})
+    refused = client.put("/v1/guidelines", json={"guidelines": rules})
+    assert refused.status_code == 422 and "backtracks" in json.dumps(refused.json())
+
+
 def test_follow_ups_use_the_conversation(client: TestClient) -> None:
     first = ask(client, question="What is IVFFlat?", conversation_id="conv-1")
     assert first["citations"][0]["source_uri"] == "ivfflat.md"
@@ -124,6 +158,10 @@ def test_pii_is_masked_in_what_is_stored_and_injection_is_recorded(client: TestC
         answer = conn.execute("SELECT citations, generator FROM answers WHERE query_id = %s",
                               (result["query_id"],)).fetchone()
     assert "jane@example.com" not in stored and "[EMAIL]" in stored
+    with psycopg.connect(libpq_conninfo(migrated_url)) as conn:
+        intent, resolved = conn.execute("SELECT intent::text, resolved_question FROM queries WHERE id = %s",
+                                        (result["query_id"],)).fetchone()
+    assert "jane@example.com" not in intent and "jane@example.com" not in resolved
     assert answer[1] == "extractive" and answer[0][0]["source_uri"] == "bread.md"
 
 
@@ -163,8 +201,9 @@ def test_sse_events_arrive_in_order(client: TestClient) -> None:
     assert starts == ["guardrails", "intent", "route", "retrieve-1", "generate", "verify", "persist"]
     assert sorted(ends) == sorted(starts)
     for step in starts:  # every step ends after it starts
-        assert kinds.index("step.start") <= next(i for i, (k, d) in enumerate(events)
-                                                  if k == "step.end" and d["step"] == step)
+        start = next(i for i, (k, d) in enumerate(events) if k == "step.start" and d["step"] == step)
+        end = next(i for i, (k, d) in enumerate(events) if k == "step.end" and d["step"] == step)
+        assert start < end, step
     done = events[-1][1]
     assert done["outcome"] == "answered" and done["citations"][0]["source_uri"] == "bread.md"
     plan = next(d for k, d in events if k == "plan")
@@ -226,6 +265,8 @@ def test_cli_ask(client: TestClient, migrated_url: str, monkeypatch: pytest.Monk
     assert text.exit_code == 0 and "Sources" in text.stdout and "bread.md" in text.stdout
     clarify = runner.invoke(cli, ["ask", "compare it", "-c", "kb"])
     assert clarify.exit_code == 0 and "clarify" in clarify.stdout
+    declined = runner.invoke(cli, ["ask", "hello", "-c", "kb"])
+    assert declined.exit_code == 0 and "documents" in declined.stdout
     empty = runner.invoke(cli, ["ask", "", "-c", "kb"])
     assert empty.exit_code != 0 and "question" in empty.output
     get_settings.cache_clear()
@@ -268,3 +309,18 @@ def test_llm_timeout_falls_back_to_extractive(llm_client: TestClient, llm_server
     assert "LLM generation failed" in result["fallback_reason"]
     assert next(s for s in result["steps"] if s["kind"] == "generate")["status"] == "fallback"
     assert result["citations"][0]["source_uri"] == "bread.md"
+
+
+def test_streamed_tokens_are_reset_when_the_llm_answer_is_replaced(llm_client: TestClient, llm_server) -> None:
+    invalid = '{"answer": "A half-written answer [1]"}'  # streams tokens, then fails validation (no confidence)
+    llm_server.queue(invalid, invalid, invalid)
+    events = _events(llm_client, {"question": "How long should the dough rise?"})
+    kinds = [k for k, _ in events]
+    assert "token.reset" in kinds
+    reset = kinds.index("token.reset")
+    before = "".join(d["text"] for k, d in events[:reset] if k == "token")
+    after = "".join(d["text"] for k, d in events[reset:] if k == "token")
+    assert before == "A half-written answer [1]"
+    done = events[-1][1]
+    assert done["generator"] == "extractive" and "3 tries" in done["fallback_reason"]
+    assert after.strip().startswith(done["claims"][0]["text"][:20])

@@ -49,6 +49,8 @@ def _add(rows: str) -> str:
                                      FROM unnest(r.tsv) u) AS len
             FROM {rows} r WHERE r.embedding IS NOT NULL
         ) x GROUP BY collection_id
+        -- A fixed lock order: two writers touching the same collections cannot deadlock here.
+        ORDER BY collection_id
         ON CONFLICT (collection_id) DO UPDATE
         SET chunk_count = s.chunk_count + EXCLUDED.chunk_count, total_length = s.total_length + EXCLUDED.total_length;
     """

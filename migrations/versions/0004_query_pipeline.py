@@ -31,6 +31,10 @@ def upgrade() -> None:
     op.create_table(
         "conversations",
         sa.Column("id", sa.Text, primary_key=True),
+        # A conversation belongs to the collection and caller (principals, sorted) that began it:
+        # another caller using the same id neither reads nor extends it.
+        sa.Column("collection", sa.Text, nullable=False),
+        sa.Column("principals", pg.ARRAY(sa.Text), nullable=False, server_default=sa.text("'{}'::text[]")),
         sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
     )

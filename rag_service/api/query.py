@@ -40,7 +40,8 @@ async def query(body: QueryRequest, runtime: RuntimeDep) -> QueryResult:
     "/query/stream",
     summary="Ask a question, with progress as server-sent events",
     description="Events: `plan`, `step.start`, `step.end`, `intent`, `route`, `retrieval`, `token` (answer text as "
-                "it is written), `citation`, then `done` (the full result, as POST /v1/query returns it) or `error` "
+                "it is written), `token.reset` (discard the tokens so far: the answer was replaced by the fallback), "
+                "`citation`, then `done` (the full result, as POST /v1/query returns it; authoritative) or `error` "
                 "(`{status, title, detail}`). Each event's data is JSON.",
     response_class=EventSourceResponse,
     responses={200: {"content": {"text/event-stream": {}}}},

@@ -12,6 +12,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from rag_service.errors import InvalidInputError
 
@@ -111,6 +112,17 @@ def mask_pii(text: str) -> str:
         last = match.end
     out.append(text[last:])
     return "".join(out)
+
+
+def mask_pii_deep(value: Any) -> Any:
+    """``mask_pii`` applied to every string inside dicts and lists (for stored JSON)."""
+    if isinstance(value, str):
+        return mask_pii(value)
+    if isinstance(value, dict):
+        return {k: mask_pii_deep(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [mask_pii_deep(v) for v in value]
+    return value
 
 
 def injection_flags(text: str) -> tuple[str, ...]:

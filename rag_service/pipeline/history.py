@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import text
@@ -76,24 +77,36 @@ class QueryLog:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def turns(self, conversation_id: str, limit: int = 5) -> list[Turn]:
-        """The conversation's last turns, oldest first."""
+    async def turns(self, conversation_id: str, collection: str, principals: Sequence[str],
+                    limit: int = 5) -> list[Turn]:
+        """The conversation's last turns, oldest first; none when the conversation belongs to
+        another collection or caller."""
         async with self._db.connect() as conn:
             rows = (await conn.execute(text(
-                "SELECT question, subject FROM conversation_turns WHERE conversation_id = :cid "
-                "ORDER BY id DESC LIMIT :limit"), {"cid": conversation_id, "limit": limit})).all()
+                "SELECT t.question, t.subject FROM conversation_turns t JOIN conversations c "
+                "ON c.id = t.conversation_id WHERE t.conversation_id = :cid AND c.collection = :collection "
+                "AND c.principals = CAST(:principals AS text[]) ORDER BY t.id DESC LIMIT :limit"),
+                {"cid": conversation_id, "collection": collection, "principals": sorted(set(principals)),
+                 "limit": limit})).all()
         return [Turn(question=r.question, subject=r.subject) for r in reversed(rows)]
 
-    async def record(self, *, query_id: uuid.UUID, conversation_id: str | None, collection: str | None,
-                     question: str, resolved_question: str | None, intent: dict, route: dict, guardrails: dict,
-                     outcome: str, answer: dict | None, subject: str | None) -> None:
-        """One transaction: the query, its answer (if any) and the conversation turn."""
+    async def record(self, *, query_id: uuid.UUID, conversation_id: str | None, collection: str,
+                     principals: Sequence[str], question: str, resolved_question: str | None, intent: dict,
+                     route: dict, guardrails: dict, outcome: str, answer: dict | None, subject: str | None) -> None:
+        """One transaction: the query, its answer (if any) and the conversation turn (only in a
+        conversation this collection and caller own)."""
         json_params = [bindparam(n, type_=JSONB) for n in ("intent", "route", "guardrails")]
         async with self._db.begin() as conn:
             if conversation_id is not None:
-                await conn.execute(text(
-                    "INSERT INTO conversations (id) VALUES (:cid) ON CONFLICT (id) DO UPDATE SET updated_at = now()"),
-                    {"cid": conversation_id})
+                owned = (await conn.execute(text(
+                    "INSERT INTO conversations (id, collection, principals) "
+                    "VALUES (:cid, :collection, CAST(:principals AS text[])) ON CONFLICT (id) DO UPDATE "
+                    "SET updated_at = now() WHERE conversations.collection = EXCLUDED.collection "
+                    "AND conversations.principals = EXCLUDED.principals RETURNING id"),
+                    {"cid": conversation_id, "collection": collection,
+                     "principals": sorted(set(principals))})).first()
+                if owned is None:
+                    conversation_id = None  # someone else's conversation: log the query alone
             await conn.execute(text(
                 "INSERT INTO queries (id, conversation_id, collection, question, resolved_question, intent, route, "
                 "guardrails, outcome) VALUES (:id, :cid, :collection, :question, :resolved, :intent, :route, "

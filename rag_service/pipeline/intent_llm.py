@@ -28,7 +28,9 @@ async def refine_with_llm(intent: Intent, llm: LLM) -> Intent:
         data = json.loads(reply)
         query_type = data["query_type"]
         subs = data.get("sub_questions") or []
-    except (ValueError, KeyError, TypeError) as exc:
+        if not isinstance(subs, list):
+            raise TypeError("sub_questions is not a list")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ProviderError(f"LLM intent reply was not the JSON asked for: {reply[:200]!r}", stage="intent") from exc
     if query_type not in _TYPES:
         raise ProviderError(f"LLM intent reply names an unknown query type {query_type!r}", stage="intent")

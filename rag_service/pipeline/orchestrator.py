@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,12 +30,13 @@ from rag_service.errors import (
     NotFoundError,
     ProviderError,
     RagServiceError,
+    StepTimeoutError,
 )
-from rag_service.pipeline.generation.citations import cited_numbers
+from rag_service.pipeline.generation.citations import cited_numbers, drop_citations, verify_claims
 from rag_service.pipeline.generation.extractive import ExtractiveGenerator
 from rag_service.pipeline.generation.llm_generator import LLMGenerator
 from rag_service.pipeline.generation.models import Citation, Claim, GeneratedAnswer
-from rag_service.pipeline.guardrails import MAX_QUESTION_CHARS, check_input, check_output, mask_pii
+from rag_service.pipeline.guardrails import MAX_QUESTION_CHARS, check_input, check_output, mask_pii, mask_pii_deep
 from rag_service.pipeline.history import GuidelineRepository, QueryLog
 from rag_service.pipeline.intent import Intent, IntentParser
 from rag_service.pipeline.intent_llm import RULES_UNSURE_BELOW, refine_with_llm
@@ -140,6 +141,7 @@ class PipelineConfig:
     persist_budget_s: float = 5.0
     retries: int = 3
     history_turns: int = 5
+    intent_llm_budget_s: float = 5.0  # the LLM's second opinion on an unclear intent, within the intent step
     # An answer uses a handful of chunks, so each strategy's list can be shorter than a search's:
     # on XQuAD 40 instead of 100 kept the citation hit rate and raised throughput by a third.
     candidates: int = 40
@@ -184,12 +186,14 @@ class QueryPipeline:
             raise NotFoundError(f"collection {request.collection!r} does not exist; ingest documents into it first")
 
         async def parse() -> Intent:
-            turns = (await self._log.turns(request.conversation_id, self.config.history_turns)
+            turns = (await self._log.turns(request.conversation_id, request.collection, request.principals,
+                                           self.config.history_turns)
                      if request.conversation_id else [])
             intent = self._parser.parse(checked.text, now, turns)
             if self._intent_llm is not None and intent.confidence < RULES_UNSURE_BELOW:
                 try:
-                    intent = await refine_with_llm(intent, self._intent_llm)
+                    intent = await asyncio.wait_for(refine_with_llm(intent, self._intent_llm),
+                                                    self.config.intent_llm_budget_s)
                 except (RagServiceError, TimeoutError) as exc:
                     log.warning("LLM intent refinement failed; keeping the rules' reading: %s", exc)
             return intent
@@ -223,20 +227,19 @@ class QueryPipeline:
 
         # --- the plan: retrieve each part concurrently, then generate, check, persist --------
         parts = [intent.question]
-        if decision.guideline == "multi-part" or (len(intent.sub_questions) >= 2 and intent.query_type == "multi_step"):
+        if decision.route.split_parts and len(intent.sub_questions) >= 2:
             parts = list(intent.sub_questions)
         flt = retrieval_request.filter
-        if decision.route.use_time_filter and intent.time_ranges:
-            window = intent.time_ranges[0]
-            flt = flt.model_copy(update={"date_from": window.start or flt.date_from,
-                                         "date_to": window.end or flt.date_to})
+        time_scoped = decision.route.use_time_filter and bool(intent.time_ranges)
+        if time_scoped:
+            flt = flt.model_copy(update=_intersect(flt.date_from, flt.date_to, intent.time_ranges[0]))
         per_part = max(2, -(-decision.route.top_k // len(parts)))
         steps: list[Step] = []
         for i, part in enumerate(parts):
             req = RetrievalRequest(query=part[:2000], filter=flt, top_k=per_part if len(parts) > 1
                                    else decision.route.top_k, strategies=tuple(decision.route.strategies),
                                    rerank=decision.route.rerank, adaptive=decision.route.adaptive,
-                                   candidates=self.config.candidates)
+                                   candidates=self.config.candidates, relax_filters=not time_scoped)
             steps.append(Step(f"retrieve-{i + 1}", "retrieve", _bind(self._retriever.retrieve, req),
                               budget_s=self.config.retrieve_budget_s, retry=True))
         retrieve_ids = tuple(s.id for s in steps)
@@ -317,7 +320,7 @@ class QueryPipeline:
                 log.warning("step %s failed (the answer is still returned): %s", step.id, detail)
                 return None
             if isinstance(exc, TimeoutError):
-                raise RagServiceError(f"step {step.id} {detail}", stage=step.kind) from exc
+                raise StepTimeoutError(f"step {step.id} {detail}", stage=step.kind) from exc
             raise
         elapsed = (time.perf_counter() - started) * 1000
         status = "fallback" if isinstance(value, GeneratedAnswer) and value.fallback_reason else "ok"
@@ -335,15 +338,24 @@ class QueryPipeline:
         subs = intent.sub_questions
         fallback = None
         if self._llm is not None and context:
+            streamed = False
+
             async def on_token(text: str) -> None:
+                nonlocal streamed
+                streamed = True
                 await state.emit("token", {"text": text})
 
             try:
-                return await self._llm.generate(intent.question, subs, context, tier=decision.route.tier,
-                                                injection_flagged=injection, on_token=on_token)
+                # Leave part of the step's budget for the extractive fallback.
+                return await asyncio.wait_for(
+                    self._llm.generate(intent.question, subs, context, tier=decision.route.tier,
+                                       injection_flagged=injection, on_token=on_token),
+                    self.config.generate_budget_s * 0.8)
             except (RagServiceError, TimeoutError) as exc:
                 fallback = f"LLM generation failed ({exc or 'timed out'}); answered extractively"
                 log.warning(fallback)
+                if streamed:
+                    await state.emit("token.reset", {"reason": fallback})
         elif self._llm is None:
             fallback = None  # no LLM configured: extractive is the default, not a fallback
         answer = self._extractive.generate(intent.question, subs, context, confidence)
@@ -359,11 +371,9 @@ class QueryPipeline:
         if any("injection" in p for p in check.problems) and answer.generator == "llm":
             replacement = self._extractive.generate(intent.question, intent.sub_questions, list(context))
             return replacement.model_copy(update={"fallback_reason": "; ".join(check.problems)})
-        text = answer.answer
-        for n in check.unresolved_citations:
-            text = text.replace(f"[{n}]", "")
-        return answer.model_copy(update={"answer": " ".join(text.split()), "fallback_reason": "; ".join(
-            check.problems)})
+        text = drop_citations(answer.answer, set(check.unresolved_citations))
+        return answer.model_copy(update={"answer": text, "claims": verify_claims(text, [c.hit.text for c in context]),
+                                         "fallback_reason": "; ".join(check.problems)})
 
     def _fill(self, result: QueryResult, answer: GeneratedAnswer, parts: list[str], retrievals: list[Any]) -> None:
         result.answer = answer.answer
@@ -398,9 +408,13 @@ class QueryPipeline:
             }
         await self._log.record(
             query_id=result.query_id, conversation_id=request.conversation_id, collection=request.collection,
+            principals=request.principals,
             question=masked_question, resolved_question=mask_pii(result.intent.question),
-            intent=result.intent.model_dump(mode="json"), route=result.route.model_dump(mode="json"),
-            guardrails=result.guardrails, outcome=result.outcome, answer=answer, subject=result.intent.subject,
+            # Everything stored from the question passes through the PII mask (entities included).
+            intent=mask_pii_deep(result.intent.model_dump(mode="json")),
+            route=mask_pii_deep(result.route.model_dump(mode="json")), guardrails=result.guardrails,
+            outcome=result.outcome, answer=answer,
+            subject=mask_pii(result.intent.subject) if result.intent.subject else None,
         )
 
     @staticmethod
@@ -415,6 +429,15 @@ def _value(fn: Callable[..., Any], *args: Any) -> Callable[[], Awaitable[Any]]:
     async def run() -> Any:
         return fn(*args)
     return run
+
+
+def _intersect(date_from: datetime | None, date_to: datetime | None, window: Any) -> dict[str, datetime | None]:
+    """The caller's date filter narrowed to the question's time range. Ranges end exclusively;
+    ``date_to`` is inclusive, hence one microsecond before the end."""
+    start = max((d for d in (date_from, window.start) if d is not None), default=None)
+    end = window.end - timedelta(microseconds=1) if window.end is not None else None
+    end = min((d for d in (date_to, end) if d is not None), default=None)
+    return {"date_from": start, "date_to": end}
 
 
 def _bind(fn: Callable[..., Awaitable[Any]], *args: Any) -> Callable[[], Awaitable[Any]]:

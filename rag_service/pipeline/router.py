@@ -3,10 +3,10 @@ pure function of the intent and the guideline set, and "no guideline matched" is
 
 from __future__ import annotations
 
-import re
 from importlib import resources
 from typing import Literal
 
+import regex
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -14,6 +14,9 @@ from rag_service.pipeline.intent import Complexity, Intent, QueryType
 from rag_service.pipeline.retrieval.models import StrategyName
 
 DEFAULT_STRATEGIES: list[StrategyName] = ["semantic", "keyword", "pattern", "metadata"]
+# Guideline regexes come from users (PUT /v1/guidelines) and run on every question: a pattern
+# with catastrophic backtracking must not stall the service, so matching is time-limited.
+REGEX_TIMEOUT_S = 0.02
 
 
 class Condition(BaseModel):
@@ -28,16 +31,25 @@ class Condition(BaseModel):
     has_quoted: bool | None = None
     has_time_range: bool | None = None
     min_sub_questions: int | None = Field(default=None, ge=0)
-    question_matches: str | None = Field(default=None, max_length=500, description="A Python regex.")
+    needs_clarification: bool | None = Field(
+        default=None, description="The intent parser found the question too ambiguous to answer "
+                                  "(RAGSVC_CLARIFY_AMBIGUITY_THRESHOLD).")
+    question_matches: str | None = Field(
+        default=None, max_length=500,
+        description="A regex (Python syntax, `regex` module); matching is limited to 20 ms per question.")
 
     @field_validator("question_matches")
     @classmethod
     def _compiles(cls, value: str | None) -> str | None:
         if value is not None:
             try:
-                re.compile(value)
-            except re.error as exc:
+                compiled = regex.compile(value)
+                # Refuse at once what would already time out on a short adversarial input.
+                compiled.search("a" * 64 + "!" + " x" * 64, timeout=REGEX_TIMEOUT_S * 5)
+            except regex.error as exc:
                 raise ValueError(f"question_matches is not a valid regex: {exc}") from None
+            except TimeoutError:
+                raise ValueError("question_matches backtracks catastrophically; simplify it") from None
         return value
 
 
@@ -51,6 +63,7 @@ class RouteSpec(BaseModel):
     adaptive: bool | None = None
     tier: Complexity | None = Field(default=None, description="LLM model tier; default: the intent's complexity.")
     use_time_filter: bool = Field(default=False, description="Filter documents by the question's time range.")
+    split_parts: bool = Field(default=False, description="Retrieve for each sub-question separately.")
 
 
 class Guideline(BaseModel):
@@ -88,6 +101,7 @@ class ResolvedRoute(BaseModel):
     adaptive: bool | None
     tier: Complexity
     use_time_filter: bool
+    split_parts: bool
 
 
 class RouteDecision(BaseModel):
@@ -131,8 +145,16 @@ def _reasons(when: Condition, intent: Intent) -> list[str] | None:
         if len(intent.sub_questions) < when.min_sub_questions:
             return None
         reasons.append(f"{len(intent.sub_questions)} sub-questions >= {when.min_sub_questions}")
+    if when.needs_clarification is not None:
+        if when.needs_clarification != bool(intent.clarifications):
+            return None
+        reasons.append(f"ambiguity {intent.ambiguity}: {'needs' if intent.clarifications else 'no'} clarification")
     if when.question_matches is not None:
-        if not re.search(when.question_matches, intent.question):
+        try:
+            matched = regex.search(when.question_matches, intent.question, timeout=REGEX_TIMEOUT_S)
+        except TimeoutError:
+            return None  # a pathological pattern is a non-match, never a stalled query
+        if not matched:
             return None
         reasons.append(f"question matches /{when.question_matches}/")
     return reasons or ["unconditional"]
@@ -147,6 +169,7 @@ def _resolve(spec: RouteSpec, fallback: RouteSpec, intent: Intent) -> ResolvedRo
         adaptive=spec.adaptive if spec.adaptive is not None else fallback.adaptive,
         tier=spec.tier or fallback.tier or intent.complexity,
         use_time_filter=spec.use_time_filter,
+        split_parts=spec.split_parts,
     )
 
 

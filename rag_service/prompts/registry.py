@@ -15,6 +15,7 @@ from jinja2 import Environment, StrictUndefined, TemplateSyntaxError
 
 from rag_service.errors import ConfigError, NotFoundError
 
+_SECTION = re.compile(r"^\[(system|user|assistant)\]\s*$", re.M)
 _FILE = re.compile(r"^(?P<name>[a-z0-9_]+)\.v(?P<version>\d+)\.j2$")
 _ENV = Environment(undefined=StrictUndefined, autoescape=False, trim_blocks=True, lstrip_blocks=True,
                    keep_trailing_newline=False)
@@ -26,15 +27,19 @@ class Prompt:
     version: int
     source: str
 
-    def render(self, **variables: Any) -> list[dict[str, str]]:
-        """Chat messages: the template's ``[system]`` and ``[user]`` sections, rendered."""
-        text = _ENV.from_string(self.source).render(**variables)
-        parts = re.split(r"^\[(system|user|assistant)\]\s*$", text, flags=re.M)
-        messages = [{"role": role, "content": content.strip()} for role, content in zip(parts[1::2], parts[2::2],
-                                                                                        strict=True)]
-        if not messages:
+    def sections(self) -> list[tuple[str, str]]:
+        """(role, template source) per ``[system]`` / ``[user]`` / ``[assistant]`` section."""
+        parts = _SECTION.split(self.source)
+        sections = list(zip(parts[1::2], parts[2::2], strict=True))
+        if not sections:
             raise ConfigError(f"prompt {self.name} v{self.version} has no [system]/[user] sections")
-        return messages
+        return sections
+
+    def render(self, **variables: Any) -> list[dict[str, str]]:
+        """Chat messages, one per section. Sections are split before rendering, so text inside the
+        variables (a question, a retrieved passage) can never start a message of its own."""
+        return [{"role": role, "content": _ENV.from_string(source).render(**variables).strip()}
+                for role, source in self.sections()]
 
 
 class PromptRegistry:
@@ -45,11 +50,13 @@ class PromptRegistry:
             if not m:
                 continue
             source = entry.read_text(encoding="utf-8")
+            prompt = Prompt(m["name"], int(m["version"]), source)
             try:
-                _ENV.parse(source)
+                for _, section in prompt.sections():
+                    _ENV.parse(section)
             except TemplateSyntaxError as exc:
                 raise ConfigError(f"prompt template {entry.name} is invalid: {exc}") from exc
-            self._prompts.setdefault(m["name"], {})[int(m["version"])] = Prompt(m["name"], int(m["version"]), source)
+            self._prompts.setdefault(m["name"], {})[prompt.version] = prompt
 
     def get(self, name: str, version: int | None = None) -> Prompt:
         versions = self._prompts.get(name)

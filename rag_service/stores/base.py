@@ -64,8 +64,8 @@ class VectorStore(Protocol):
     async def keyword_search(
         self, query: str, flt: SearchFilter, top_k: int, *, k1: float = 1.2, b: float = 0.75
     ) -> list[SearchHit]:
-        """Okapi BM25 over the query's terms (any term may match); web-search operators in the
-        query ("phrase", OR, -word) restrict the matches as in ``text_search``."""
+        """Okapi BM25 over the query's terms (any term may match); quoted phrases and -exclusions
+        in the query restrict the matches as in ``text_search``."""
         ...
 
     async def metadata_search(

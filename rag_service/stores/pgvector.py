@@ -60,8 +60,15 @@ MAX_TOP_K = 1000
 # covers public and restricted documents, and PostgreSQL estimates it from the column's element
 # statistics (an OR with cardinality() = 0 was estimated at 0.5% and steered plans off HNSW).
 PUBLIC_PRINCIPAL = "*"
-# websearch_to_tsquery syntax beyond plain words: "phrases", OR, -exclusions.
-_WEBSEARCH_OPERATORS = re.compile(r'"|\bOR\b|(?:^|\s)-\w')
+_PHRASE = re.compile(r'"[^"]+"')
+_EXCLUSION = re.compile(r"(?:^|\s)(-\w[\w-]*)")
+
+
+def web_search_restriction(query: str) -> str | None:
+    """The parts of a query that must hold for a chunk to match at all: quoted phrases and
+    -exclusions, in websearch_to_tsquery syntax; None when the query has neither."""
+    parts = _PHRASE.findall(query) + _EXCLUSION.findall(_PHRASE.sub(" ", query))
+    return " ".join(parts) or None
 
 
 @dataclass(frozen=True)
@@ -418,9 +425,11 @@ class PgVectorStore:
             .order_by(scored.c.score.desc(), scored.c.chunk_id)
             .limit(top_k)
         )
-        if _WEBSEARCH_OPERATORS.search(query):
-            # Quotes, OR and -exclusions keep their web-search meaning; BM25 only orders the matches.
-            tsquery = func.websearch_to_tsquery(cast(literal(config), REGCONFIG), query)
+        restriction = web_search_restriction(query)
+        if restriction:
+            # "Phrases" and -exclusions keep their web-search meaning; BM25 orders what they allow.
+            # Only those parts restrict: the other words stay optional, as BM25 treats them.
+            tsquery = func.websearch_to_tsquery(cast(literal(config), REGCONFIG), restriction)
             best = best.join(Chunk, Chunk.id == scored.c.chunk_id).where(Chunk.tsv.op("@@")(tsquery))
         top = best.subquery("best")
         stmt = (

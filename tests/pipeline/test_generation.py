@@ -182,3 +182,9 @@ async def test_llm_refines_an_unsure_intent() -> None:
             await refine_with_llm(intent, llm_for(server.url))
     assert (refined.query_type, refined.sub_questions, refined.parsed_by) == ("summary", ["a", "b"], "rules+llm")
     assert refined.entities == intent.entities and refined.time_ranges == intent.time_ranges
+
+
+def test_dropping_citations_handles_grouped_markers() -> None:
+    from rag_service.pipeline.generation.citations import drop_citations
+
+    assert drop_citations("A [1, 7]. B [7]. C [2][7].", {7}) == "A [1]. B. C [2]."

@@ -81,3 +81,12 @@ def best_span(claim: str, source: str) -> tuple[int, int, str]:
         return 0, len(source), source
     best = max(sentences, key=lambda s: (len(claim_terms & set(terms(s.text))), -s.start))
     return best.start, best.end, best.text
+
+
+def drop_citations(text: str, numbers: set[int]) -> str:
+    """The text with the given citation numbers removed from every marker ([7] and [1, 7])."""
+    def keep(m: re.Match[str]) -> str:
+        kept = [n for n in _ALL_NUMBERS.findall(m.group(2)) if int(n) not in numbers]
+        return f"{m.group(1)}[{', '.join(kept)}]" if kept else ""
+
+    return " ".join(re.sub(r"(\s*)(" + _MARKER.pattern + ")", keep, text).split())

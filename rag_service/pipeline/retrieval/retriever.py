@@ -21,7 +21,13 @@ from pydantic import BaseModel, Field, field_validator
 
 from rag_service.config import Settings
 from rag_service.domain import SearchFilter, SearchHit
-from rag_service.errors import InvalidInputError, RagServiceError
+from rag_service.errors import (
+    DatabaseTimeoutError,
+    DatabaseUnavailableError,
+    InvalidInputError,
+    RagServiceError,
+    RetrievalUnavailableError,
+)
 from rag_service.pipeline.retrieval.adaptive import LoopState, next_action, relaxed, retrieval_confidence
 from rag_service.pipeline.retrieval.expansion import LLMQueryExpander
 from rag_service.pipeline.retrieval.fusion import RankedList, reciprocal_rank_fusion
@@ -57,6 +63,7 @@ class RetrievalRequest(BaseModel):
     expand_parents: bool = False
     candidates: int | None = Field(default=None, ge=1, le=1000,
                                    description="Depth of each strategy's list (default: the configured one).")
+    relax_filters: bool = Field(default=True, description="The adaptive loop may drop structured filters.")
 
     @field_validator("query")
     @classmethod
@@ -159,7 +166,8 @@ class Retriever:
 
         while adaptive and confidence < cfg.min_confidence and len(iterations) < cfg.max_iterations \
                 and remaining() > 0:
-            step = next_action(LoopState(len(candidates), request.top_k, relaxed(flt) is not None, subqueries,
+            relaxable = request.relax_filters and relaxed(flt) is not None
+            step = next_action(LoopState(len(candidates), request.top_k, relaxable, subqueries,
                                          variants, frozenset(tried), can_expand=self._expander is not None))
             if step is None:
                 break
@@ -254,6 +262,7 @@ class _Session:
         self.ran: set[str] = set()
         self.reports: list[StrategyReport] = []
         self.embed_error: str | None = None
+        self.failures: list[Exception] = []
 
     async def _embed(self, queries: Sequence[str]) -> None:
         todo = [q for q in dict.fromkeys(queries) if q not in self.embeddings]
@@ -284,8 +293,12 @@ class _Session:
             fallback = await asyncio.gather(*[self._run(keyword, q, flt, depth, fallback=True) for q in queries])
             lists += [RankedList("keyword", hits, weight_factor) for hits in fallback if hits is not None]
         if not lists and failed:
+            # A database outage is reported as such (503/504, retried by the orchestrator).
+            for error in self.failures:
+                if isinstance(error, DatabaseUnavailableError | DatabaseTimeoutError):
+                    raise error
             errors = "; ".join(f"{r.strategy}: {r.error}" for r in self.reports if r.error)
-            raise RagServiceError(f"every retrieval strategy failed ({errors})", stage="retrieval")
+            raise RetrievalUnavailableError(f"every retrieval strategy failed ({errors})", stage="retrieval")
         return lists
 
     async def _run(self, strategy: RetrievalStrategy, text: str, flt: SearchFilter, depth: int,
@@ -306,6 +319,7 @@ class _Session:
             except InvalidInputError:
                 raise
             except Exception as exc:
+                self.failures.append(exc)
                 hits, error = None, f"{type(exc).__name__}: {exc}"
                 log.warning("strategy %s failed: %s", strategy.name, error)
         if hits is not None:

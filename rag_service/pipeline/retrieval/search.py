@@ -8,10 +8,10 @@ run the service behind a gateway that sets them.)
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rag_service.domain import COLLECTION_PATTERN, JsonScalar, MetadataRange, SearchFilter
 from rag_service.errors import InvalidInputError, NotFoundError
@@ -32,6 +32,12 @@ class SearchFilters(BaseModel):
     date_to: datetime | None = None
     lob: str | None = Field(default=None, max_length=200, description="Line of business.")
     tags_any: list[str] = Field(default_factory=list, max_length=100, description="Any of these tags.")
+
+    @field_validator("date_from", "date_to")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        """A date without a time zone is taken as UTC (documents' dates are stored with one)."""
+        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
 class SearchRequest(BaseModel):
@@ -92,7 +98,7 @@ def to_retrieval_request(request: SearchRequest) -> RetrievalRequest:
             metadata_range=filters.metadata_range, date_from=filters.date_from, date_to=filters.date_to,
             lob=filters.lob, tags_any=tuple(filters.tags_any),
         )
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:
         raise InvalidInputError(f"invalid filters: {exc}") from None
     return RetrievalRequest(
         query=request.query, filter=flt, top_k=request.top_k,

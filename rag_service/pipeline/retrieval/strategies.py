@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 import numpy as np
 
 from rag_service.domain import SearchFilter, SearchHit
-from rag_service.pipeline.retrieval.query_analysis import extract_patterns
+from rag_service.errors import InvalidInputError, RagServiceError
+from rag_service.pipeline.retrieval.query_analysis import PatternSpec, extract_patterns
 from rag_service.stores.base import VectorStore
 
 if TYPE_CHECKING:
@@ -143,10 +144,7 @@ class PatternStrategy:
         query.detail["patterns"] = [s.text for s in specs]
         if not specs:
             return []
-        results = await asyncio.gather(*[
-            self._store.pattern_search(s.pattern, query.filter, query.top_k, mode=s.mode, prefilter=s.text)
-            for s in specs
-        ])
+        results = await asyncio.gather(*[self._one(spec, query) for spec in specs])
         matched: dict[object, int] = {}
         occurrences: dict[object, float] = {}
         hits: dict[object, SearchHit] = {}
@@ -161,6 +159,19 @@ class PatternStrategy:
             hits[c].model_copy(update={"score": matched[c] + occurrences[c] / (1 + occurrences[c])})
             for c in order[: query.top_k]
         ]
+
+    async def _one(self, spec: PatternSpec, query: StrategyQuery) -> list[SearchHit]:
+        # Identifiers are whole tokens, so the full-text index can narrow the scan first; a
+        # quoted phrase may sit inside tokens the text parser splits differently (URLs, paths),
+        # so it is matched on the text itself, bounded by the store's pattern timeout.
+        prefilter = spec.text if spec.kind == "identifier" else None
+        try:
+            return await self._store.pattern_search(spec.pattern, query.filter, query.top_k, mode=spec.mode,
+                                                    prefilter=prefilter)
+        except InvalidInputError as exc:
+            # The patterns were read from the question, not typed as patterns: a timeout or a
+            # refused pattern is this strategy failing (recorded), not the caller's bad input.
+            raise RagServiceError(f"pattern {spec.text!r}: {exc}", stage="pattern") from exc
 
 
 # A factory builds a strategy from the store and the Settings (the one place knobs are read).
