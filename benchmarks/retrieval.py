@@ -49,11 +49,6 @@ import asyncio
 import json
 import os
 import platform
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -64,6 +59,7 @@ import httpx
 import numpy as np
 
 from benchmarks.datasets import BENCH_DATA, RetrievalSet, ensure_ingested, open_runtime, scifact, xquad
+from benchmarks.server import ServerFailed, serve
 from rag_service.domain import SearchFilter
 from rag_service.pipeline.retrieval.retriever import RetrievalRequest
 from rag_service.runtime import Runtime
@@ -71,7 +67,6 @@ from rag_service.runtime import Runtime
 METRICS = ("ndcg@10", "recall@100", "mrr@10")
 ALL_STRATEGIES = ("semantic", "keyword", "pattern", "metadata")
 NO_RESULT = "__no_result__"  # ranx needs an entry for every query; this id is never relevant
-RAGSVC = str(Path(sys.executable).parent / "ragsvc")
 
 # (name, request fields beyond query/filter/top_k, Settings the runtime needs beyond the defaults)
 CONFIGURATIONS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
@@ -332,72 +327,36 @@ def llamaindex_baseline(dataset: RetrievalSet, qids: list[str]) -> dict[str, Any
 # --- HTTP ---------------------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http_latency(data_dir: Path, dataset: RetrievalSet, qids: list[str], ready_timeout_s: float = 300) -> dict:
+def http_latency(data_dir: Path, dataset: RetrievalSet, qids: list[str]) -> dict:
     """`ragsvc serve` on the same data dir (it attaches to the embedded PostgreSQL this process
-    started), each query POSTed to /v1/search; stopped with SIGTERM."""
-    port = _free_port()
-    env = dict(os.environ, RAGSVC_DATA_DIR=str(data_dir))
-    base = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryFile(mode="w+") as server_log:
-        start = time.perf_counter()
-        proc = subprocess.Popen([RAGSVC, "serve", "--port", str(port)], env=env,
-                                stdout=subprocess.DEVNULL, stderr=server_log)
+    started), each query POSTed to /v1/search over one keep-alive connection."""
+    started = time.perf_counter()
+    try:
+        with serve(data_dir) as base, httpx.Client(base_url=base, timeout=60) as client:
+            ready_s = time.perf_counter() - started
 
-        def failure(what: str) -> dict:
-            server_log.seek(0)
-            tail = server_log.read()[-500:].strip()
-            return {"error": f"not measured: {what}" + (f" (server log: {tail})" if tail else "")}
+            def post(query: str) -> httpx.Response:
+                return client.post("/v1/search", json={"query": query, "collection": dataset.collection,
+                                                       "top_k": 10})
 
-        try:
-            while True:
-                if proc.poll() is not None:
-                    return failure(f"ragsvc serve exited with {proc.returncode}")
-                if time.perf_counter() - start > ready_timeout_s:
-                    return failure(f"/readyz did not answer 200 within {ready_timeout_s:.0f} s")
-                try:
-                    if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.05)
-            ready_s = time.perf_counter() - start
-            with httpx.Client(base_url=base, timeout=60) as client:
-                def post(query: str) -> httpx.Response:
-                    return client.post("/v1/search", json={"query": query, "collection": dataset.collection,
-                                                           "top_k": 10})
-
-                first = post(dataset.queries[qids[0]])  # warm-up, not measured
-                if first.status_code != 200:
-                    return failure(f"POST /v1/search answered {first.status_code}: {first.text[:200]}")
-                run, ms, errors = {}, [], []
-                for qid in qids:
-                    start = time.perf_counter()
-                    response = post(dataset.queries[qid])
-                    elapsed = (time.perf_counter() - start) * 1000
-                    if response.status_code != 200:
-                        errors.append(f"{response.status_code}: {response.text[:200]}")
-                        run[qid] = ranking([])
-                        continue
-                    ms.append(elapsed)
-                    run[qid] = ranking(r["source_uri"] for r in response.json()["results"])
-        except httpx.HTTPError as exc:
-            return failure(f"{type(exc).__name__}: {exc}")
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            first = post(dataset.queries[qids[0]])  # warm-up, not measured
+            if first.status_code != 200:
+                return {"error": f"not measured: POST /v1/search answered {first.status_code}: {first.text[:200]}"}
+            run, ms, errors = {}, [], []
+            for qid in qids:
+                start = time.perf_counter()
+                response = post(dataset.queries[qid])
+                elapsed = (time.perf_counter() - start) * 1000
+                if response.status_code != 200:
+                    errors.append(f"{response.status_code}: {response.text[:200]}")
+                    run[qid] = ranking([])
+                    continue
+                ms.append(elapsed)
+                run[qid] = ranking(r["source_uri"] for r in response.json()["results"])
+    except (ServerFailed, httpx.HTTPError) as exc:
+        return {"error": f"not measured: {type(exc).__name__}: {exc}"}
     figure = {**quality(dataset.qrels, run, ("ndcg@10", "mrr@10")), **latency(ms), "queries": len(qids),
-              "top_k": 10, "server_ready_s": round(ready_s, 2), "errors": len(errors),
-              "server_exit_code": proc.returncode}
+              "top_k": 10, "server_ready_s": round(ready_s, 2), "errors": len(errors)}
     if errors:
         figure["first_error"] = errors[0][:300]
     return figure

@@ -227,6 +227,35 @@ def worker() -> None:
     asyncio.run(run())
 
 
+def _validated(build: Callable[[], R]) -> R:
+    """Build a request model from options; a validation error becomes one line naming the field."""
+    from pydantic import ValidationError
+
+    from rag_service.errors import InvalidInputError
+
+    try:
+        return build()
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in exc.errors())
+        raise InvalidInputError(problems) from None
+
+
+def _with_runtime(work: Callable[[Any], Any]) -> dict[str, Any]:
+    """Open a Runtime, await ``work(runtime)`` (a pydantic model), close; the model as JSON data."""
+    from rag_service.runtime import Runtime
+
+    settings = _settings()
+
+    async def run() -> dict[str, Any]:
+        runtime = await asyncio.to_thread(Runtime.open, settings)
+        try:
+            return (await work(runtime)).model_dump(mode="json")
+        finally:
+            await runtime.close()
+
+    return asyncio.run(run())
+
+
 @app.command()
 @handle_errors
 def search(
@@ -246,32 +275,15 @@ def search(
 ) -> None:
     """Search a collection: strategies run concurrently, are fused (RRF) and reranked. Shows each
     hit's source, score and rank per strategy; --json adds text, offsets and the loop's iterations."""
-    from pydantic import ValidationError
-
-    from rag_service.errors import InvalidInputError
     from rag_service.pipeline.retrieval.search import SearchFilters, SearchRequest
     from rag_service.pipeline.retrieval.search import search as run_search
-    from rag_service.runtime import Runtime
 
-    try:
-        request = SearchRequest(
-            query=query, collection=collection, top_k=top_k, strategies=strategy or None,
-            filters=SearchFilters(tags_any=tag or [], lob=lob), principals=principal or [],
-            rerank=rerank, adaptive=adaptive,
-        )
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in exc.errors())
-        raise InvalidInputError(problems) from None
-    settings = _settings()
-
-    async def run() -> dict[str, Any]:
-        runtime = await asyncio.to_thread(Runtime.open, settings)
-        try:
-            return (await run_search(runtime.retriever, runtime.store, request)).model_dump(mode="json")
-        finally:
-            await runtime.close()
-
-    result = asyncio.run(run())
+    request = _validated(lambda: SearchRequest(
+        query=query, collection=collection, top_k=top_k, strategies=strategy or None,
+        filters=SearchFilters(tags_any=tag or [], lob=lob), principals=principal or [],
+        rerank=rerank, adaptive=adaptive,
+    ))
+    result = _with_runtime(lambda runtime: run_search(runtime.retriever, runtime.store, request))
     if as_json:
         emit_json(result)
         return
@@ -301,28 +313,11 @@ def ask(
 ) -> None:
     """Ask a question and get an answer with its sources (or the questions to clarify it).
     Without an LLM configured the answer is extractive: the best sentences, cited."""
-    from pydantic import ValidationError
-
-    from rag_service.errors import InvalidInputError
     from rag_service.pipeline.orchestrator import QueryRequest
-    from rag_service.runtime import Runtime
 
-    try:
-        request = QueryRequest(question=question, collection=collection, conversation_id=conversation,
-                               principals=principal or [])
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in exc.errors())
-        raise InvalidInputError(problems) from None
-    settings = _settings()
-
-    async def run() -> dict[str, Any]:
-        runtime = await asyncio.to_thread(Runtime.open, settings)
-        try:
-            return (await runtime.pipeline.run(request)).model_dump(mode="json")
-        finally:
-            await runtime.close()
-
-    result = asyncio.run(run())
+    request = _validated(lambda: QueryRequest(question=question, collection=collection,
+                                              conversation_id=conversation, principals=principal or []))
+    result = _with_runtime(lambda runtime: runtime.pipeline.run(request))
     if as_json:
         emit_json(result)
         return

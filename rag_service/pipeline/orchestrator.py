@@ -239,7 +239,10 @@ class QueryPipeline:
             req = RetrievalRequest(query=part[:2000], filter=flt, top_k=per_part if len(parts) > 1
                                    else decision.route.top_k, strategies=tuple(decision.route.strategies),
                                    rerank=decision.route.rerank, adaptive=decision.route.adaptive,
-                                   candidates=self.config.candidates, relax_filters=not time_scoped)
+                                   candidates=self.config.candidates,
+                                   # A time range keeps out-of-range documents unless nothing is
+                                   # dated in it (then the loop searches all, and records it).
+                                   relax_filters="when_empty" if time_scoped else "when_few")
             steps.append(Step(f"retrieve-{i + 1}", "retrieve", _bind(self._retriever.retrieve, req),
                               budget_s=self.config.retrieve_budget_s, retry=True))
         retrieve_ids = tuple(s.id for s in steps)

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, Field, field_validator
@@ -63,7 +64,9 @@ class RetrievalRequest(BaseModel):
     expand_parents: bool = False
     candidates: int | None = Field(default=None, ge=1, le=1000,
                                    description="Depth of each strategy's list (default: the configured one).")
-    relax_filters: bool = Field(default=True, description="The adaptive loop may drop structured filters.")
+    relax_filters: Literal["when_few", "when_empty", "never"] = Field(
+        default="when_few", description="When the adaptive loop may drop structured filters: when they leave "
+                                        "fewer than top_k results, only when they leave none, or never.")
 
     @field_validator("query")
     @classmethod
@@ -166,7 +169,9 @@ class Retriever:
 
         while adaptive and confidence < cfg.min_confidence and len(iterations) < cfg.max_iterations \
                 and remaining() > 0:
-            relaxable = request.relax_filters and relaxed(flt) is not None
+            policy = request.relax_filters
+            relaxable = relaxed(flt) is not None and (
+                policy == "when_few" or (policy == "when_empty" and not candidates))
             step = next_action(LoopState(len(candidates), request.top_k, relaxable, subqueries,
                                          variants, frozenset(tried), can_expand=self._expander is not None))
             if step is None:
