@@ -188,3 +188,9 @@ def test_dropping_citations_handles_grouped_markers() -> None:
     from rag_service.pipeline.generation.citations import drop_citations
 
     assert drop_citations("A [1, 7]. B [7]. C [2][7].", {7}) == "A [1]. B. C [2]."
+
+
+def test_markdown_tables_and_lists_split_into_rows_and_items() -> None:
+    text = "Intro.\n\n| key | meaning |\n|---|---|\n| `RAGSVC_X` | does x |\n- first item\n- second item"
+    pieces = [s.text for s in split_sentences(text)]
+    assert pieces == ["Intro.", "| key | meaning |", "| `RAGSVC_X` | does x |", "- first item", "- second item"]

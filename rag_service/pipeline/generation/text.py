@@ -14,7 +14,10 @@ _ABBREVIATIONS = _words(
     "mr mrs ms dr prof sr jr st vs etc e.g i.e al fig no vol approx inc ltd co corp jan feb mar apr jun jul aug "
     "sep sept oct nov dec u.s u.k"
 )
-_BOUNDARY = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])|\n{2,}|\n(?=\s*(?:[-*#]|\d+\.)\s)")
+# Sentence ends; blank lines; and in Markdown, each list item, heading and table row on its own.
+_BOUNDARY = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])|\n{2,}|\n(?=\s*(?:[-*#]|\d+\.)\s)"
+                       r"|\n(?=\s*\|)|(?<=\|)[ \t]*\n")
+_TABLE_RULE = re.compile(r"^\|?[\s:|-]+\|?$")  # |---|:--:| lines carry no text
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'-]*")
 _STOP = _words(
     "a an the of in on at to for from by with about as into over under between and or but not no nor is are was "
@@ -49,7 +52,7 @@ def split_sentences(text: str) -> list[Sentence]:
 def _append(out: list[Sentence], text: str, start: int, end: int) -> None:
     piece = text[start:end]
     stripped = piece.strip()
-    if len(stripped) < 2:
+    if len(stripped) < 2 or _TABLE_RULE.match(stripped):
         return
     lead = len(piece) - len(piece.lstrip())
     out.append(Sentence(stripped, start + lead, start + lead + len(stripped)))
