@@ -287,8 +287,9 @@ def search(
     if as_json:
         emit_json(result)
         return
+    confidence = "n/a" if result["confidence"] is None else f"{result['confidence']:.2f}"
     table = Table(title=f"{len(result['results'])} results for {query!r} in {collection} "
-                        f"({result['elapsed_ms']:.0f} ms, confidence {result['confidence']:.2f})")
+                        f"({result['elapsed_ms']:.0f} ms, confidence {confidence})")
     for column in ("#", "score", "source", "ranks", "text"):
         table.add_column(column, overflow="fold" if column == "text" else "ellipsis")
     for hit in result["results"]:

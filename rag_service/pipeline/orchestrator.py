@@ -85,7 +85,7 @@ class Clarification(BaseModel):
 class RetrievalSummary(BaseModel):
     parts: list[str]
     results: int
-    confidence: float
+    confidence: float | None
     iterations: int
     reranked: bool
     rerank_error: str | None = None
@@ -250,7 +250,7 @@ class QueryPipeline:
         async def generate() -> GeneratedAnswer:
             context = _merge([state.results[i].candidates for i in retrieve_ids], decision.route.top_k)
             state.results["context"] = context
-            confidence = min(state.results[i].confidence for i in retrieve_ids)
+            confidence = _lowest(state.results[i].confidence for i in retrieve_ids)
             await state.emit("retrieval", {"results": [
                 {"n": n, "chunk_id": str(c.hit.chunk_id), "source_uri": c.hit.source_uri, "title": c.hit.title,
                  "score": c.rerank_score if c.rerank_score is not None else c.fused_score, "ranks": c.ranks}
@@ -337,7 +337,7 @@ class QueryPipeline:
     # --- the steps' work ---------------------------------------------------------------------------
 
     async def _generate(self, state: _Run, intent: Intent, decision: RouteDecision, context: list[Candidate],
-                        confidence: float, injection: bool) -> GeneratedAnswer:
+                        confidence: float | None, injection: bool) -> GeneratedAnswer:
         subs = intent.sub_questions
         fallback = None
         if self._llm is not None and context:
@@ -391,7 +391,7 @@ class QueryPipeline:
             result.prompt = {"name": answer.prompt_name, "version": answer.prompt_version}
         result.retrieval = RetrievalSummary(
             parts=parts, results=sum(len(r.candidates) for r in retrievals),
-            confidence=round(min(r.confidence for r in retrievals), 4),
+            confidence=_lowest(r.confidence for r in retrievals),
             iterations=sum(len(r.iterations) for r in retrievals),
             reranked=any(r.rerank is not None and r.rerank.applied for r in retrievals),
             rerank_error=next((r.rerank.error for r in retrievals if r.rerank and r.rerank.error), None),
@@ -432,6 +432,12 @@ def _value(fn: Callable[..., Any], *args: Any) -> Callable[[], Awaitable[Any]]:
     async def run() -> Any:
         return fn(*args)
     return run
+
+
+def _lowest(values: Any) -> float | None:
+    """The lowest of the confidences that could be judged (None when none could)."""
+    judged = [v for v in values if v is not None]
+    return round(min(judged), 4) if judged else None
 
 
 def _intersect(date_from: datetime | None, date_to: datetime | None, window: Any) -> dict[str, datetime | None]:

@@ -82,6 +82,9 @@ def test_claim_verification() -> None:
     assert [(c.verified, c.citations) for c in claims] == [(True, [1]), (False, [2]), (False, []), (False, [9])]
     assert cited_numbers("a [2] b [1, 3] c [2]") == [2, 1, 3]
     assert support("IVFFlat partitions vectors", sources[1]) == 1.0
+    assert support("It is so.", sources[1]) is None  # nothing checkable: no score, not a fake one
+    [yes] = verify_claims("It is so [1].", sources)
+    assert yes.support is None and not yes.verified
 
 
 def test_answer_field_streamer_yields_only_the_answer_text() -> None:

@@ -28,8 +28,8 @@ def test_confidence_rises_with_similarity_and_agreement() -> None:
     assert 0.3 < retrieval_confidence(mixed, ran) < 0.6
 
 
-def test_confidence_without_judgeable_signals() -> None:
-    assert retrieval_confidence([candidate(None, ("metadata",))], {"metadata"}) == 0.5
+def test_confidence_without_judgeable_signals_is_none() -> None:
+    assert retrieval_confidence([candidate(None, ("metadata",))], {"metadata"}) is None
 
 
 def test_relaxing_keeps_collection_and_principals() -> None:

@@ -28,14 +28,15 @@ def strip_markers(text: str) -> str:
     return re.sub(r"\s*" + _MARKER.pattern, "", text).strip()
 
 
-def support(claim: str, source: str) -> float:
-    """Share of the claim's content terms found in the source (1.0 for a verbatim quote)."""
+def support(claim: str, source: str) -> float | None:
+    """Share of the claim's content terms found in the source (1.0 for a verbatim quote); None
+    when the claim has nothing to check ("Yes.", "See below.")."""
     bare = strip_markers(claim)
     if bare and " ".join(bare.split()).lower() in " ".join(source.split()).lower():
         return 1.0
     claim_terms = set(terms(bare))
     if not claim_terms:
-        return 1.0  # nothing checkable ("Yes." / "See below.")
+        return None
     return len(claim_terms & set(terms(source))) / len(claim_terms)
 
 
@@ -64,12 +65,15 @@ def verify_claims(answer: str, sources: Sequence[str], threshold: float = SUPPOR
     for text in _claim_texts(answer):
         numbers = cited_numbers(text)
         if not numbers:
-            claims.append(Claim(text=strip_markers(text), citations=[], verified=False, support=0.0))
+            claims.append(Claim(text=strip_markers(text), citations=[], verified=False, support=None))
             continue
         scores = [support(text, sources[n - 1]) if 1 <= n <= len(sources) else 0.0 for n in numbers]
-        best = max(scores)
+        judged = [s for s in scores if s is not None]
+        # A claim with nothing checkable is reported as such (support None), not as verified.
         claims.append(Claim(text=strip_markers(text), citations=numbers,
-                            verified=all(s >= threshold for s in scores), support=round(best, 3)))
+                            verified=bool(judged) and len(judged) == len(scores) and all(s >= threshold
+                                                                                         for s in judged),
+                            support=round(max(judged), 3) if judged else None))
     return claims
 
 

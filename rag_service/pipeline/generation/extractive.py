@@ -86,7 +86,7 @@ class ExtractiveGenerator:
     name = "extractive"
 
     def generate(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate],
-                 retrieval_confidence: float = 0.5) -> GeneratedAnswer:
+                 retrieval_confidence: float | None = None) -> GeneratedAnswer:
         pool: list[_Scored] = []
         sentence_terms: list[list[str]] = []
         for number, candidate in enumerate(context, start=1):
@@ -130,7 +130,10 @@ class ExtractiveGenerator:
             ))
         # Citation order follows the answer: the first citation is the first context cited.
         claims = verify_claims(answer, [c.hit.text for c in context])
-        confidence = max(0.0, min(1.0, 0.7 * best_overall + 0.3 * retrieval_confidence))
+        # How well the best sentence covers the question, tempered by the retrieval's own confidence
+        # when it could judge its results.
+        confidence = best_overall if retrieval_confidence is None else 0.7 * best_overall + 0.3 * retrieval_confidence
+        confidence = max(0.0, min(1.0, confidence))
         return GeneratedAnswer(answer=answer, short_answer=short_answer(question, best.sentence.text),
                                citations=citations, claims=claims, confidence=round(confidence, 3),
                                generator="extractive")

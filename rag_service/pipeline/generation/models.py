@@ -12,7 +12,9 @@ class Claim(BaseModel):
     text: str
     citations: list[int] = Field(description="Context numbers [n] the claim cites.")
     verified: bool = Field(description="Every cited chunk supports the claim.")
-    support: float = Field(ge=0, le=1, description="Share of the claim's terms found in its best cited chunk.")
+    support: float | None = Field(default=None, ge=0, le=1,
+                                  description="Share of the claim's terms found in its best cited chunk; "
+                                              "null when the claim has nothing to check.")
 
 
 class Citation(BaseModel):

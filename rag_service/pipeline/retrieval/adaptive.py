@@ -16,12 +16,13 @@ from rag_service.pipeline.retrieval.models import Candidate
 CONTENT_STRATEGIES = frozenset({"semantic", "keyword", "pattern"})
 
 
-def retrieval_confidence(candidates: Sequence[Candidate], strategies_run: set[str]) -> float:
+def retrieval_confidence(candidates: Sequence[Candidate], strategies_run: set[str]) -> float | None:
     """A confidence in [0, 1] from the fused list alone.
 
     Averages the signals available: how similar the best semantic hit is (cosine 0.2 -> 0,
     0.6 -> 1, the range where MiniLM goes from unrelated to on-topic), and how many of the top
-    three candidates at least two strategies agree on. No candidates: 0."""
+    three candidates at least two strategies agree on. No candidates: 0. Results that nothing
+    can judge (e.g. metadata alone): None, and the loop leaves them alone."""
     if not candidates:
         return 0.0
     signals: list[float] = []
@@ -34,7 +35,7 @@ def retrieval_confidence(candidates: Sequence[Candidate], strategies_run: set[st
         agreed = sum(1 for c in top if len(CONTENT_STRATEGIES & c.ranks.keys()) >= 2)
         signals.append(agreed / len(top))
     if not signals:
-        return 0.5  # results, but nothing to judge them by
+        return None
     return sum(signals) / len(signals)
 
 

@@ -53,7 +53,7 @@ class Iteration(BaseModel):
     filter_relaxed: bool = False
     strategies: list[StrategyReport]
     results: int
-    confidence: float
+    confidence: float | None = Field(description="None: nothing in the results could be judged.")
     elapsed_ms: float
 
 
@@ -61,5 +61,5 @@ class RetrievalResult(BaseModel):
     candidates: list[Candidate]
     iterations: list[Iteration]
     rerank: RerankReport | None = None
-    confidence: float
+    confidence: float | None
     elapsed_ms: float

@@ -138,7 +138,7 @@ class Retriever:
 
     async def fused_candidates(
         self, request: RetrievalRequest
-    ) -> tuple[list[Candidate], list[Iteration], float, np.ndarray | None]:
+    ) -> tuple[list[Candidate], list[Iteration], float | None, np.ndarray | None]:
         """Every fused candidate (not cut to top_k, not reranked), the loop's iterations, the
         final confidence and the query's embedding. ``retrieve`` builds on it; the local
         ranker's trainer uses it to see exactly what the reranker sees."""
@@ -167,7 +167,8 @@ class Retriever:
         def remaining() -> float:
             return budget_s - (time.perf_counter() - started)
 
-        while adaptive and confidence < cfg.min_confidence and len(iterations) < cfg.max_iterations \
+        while adaptive and confidence is not None and confidence < cfg.min_confidence \
+                and len(iterations) < cfg.max_iterations \
                 and remaining() > 0:
             policy = request.relax_filters
             relaxable = relaxed(flt) is not None and (
@@ -336,11 +337,11 @@ class _Session:
         return hits
 
     def iteration(self, number: int, thought: str, action: str, queries: list[str], depth: int,
-                  relaxed_now: bool, candidates: list[Candidate], confidence: float) -> Iteration:
+                  relaxed_now: bool, candidates: list[Candidate], confidence: float | None) -> Iteration:
         reports, self.reports = self.reports, []
         return Iteration(number=number, thought=thought, action=action, queries=queries, top_k=depth,
                          filter_relaxed=relaxed_now, strategies=reports, results=len(candidates),
-                         confidence=round(confidence, 4),
+                         confidence=round(confidence, 4) if confidence is not None else None,
                          elapsed_ms=sum(r.elapsed_ms for r in reports))
 
 

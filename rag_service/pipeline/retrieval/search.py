@@ -81,7 +81,7 @@ class SearchResponse(BaseModel):
     query: str
     collection: str
     results: list[SearchResultPublic]
-    confidence: float
+    confidence: float | None = Field(description="From the fused scores, 0-1; null when nothing could judge them.")
     iterations: list[Iteration]
     rerank: RerankReport | None
     elapsed_ms: float
