@@ -200,26 +200,32 @@ class IntentParser:
     @staticmethod
     def _type(question: str, entities: Entities, ranges: list[TimeRangeModel], subs: list[str],
               words: list[str]) -> tuple[QueryType, float]:
-        if _CHIT_CHAT.match(question):
-            return "out_of_scope", 0.9
-        if not words:
-            # Only stop words: a bare reference ("it?") is a question that needs its subject.
-            return ("factual", 0.3) if _PRONOUN.search(question) else ("out_of_scope", 0.6)
+        """The query type by the first cue that fires (in precedence order), and a confidence
+        computed from the cues: 1 / (number of types whose cues fire), so conflicting cues lower
+        it; with no cue the question is factual by elimination, as sure as it has content words
+        (two or more: sure; one: half; none: not at all)."""
+        cues: list[QueryType] = []
+        if _CHIT_CHAT.match(question) or (not words and not _PRONOUN.search(question)):
+            cues.append("out_of_scope")
         if len(subs) >= 2 or _STEPS.search(question):
-            return "multi_step", 0.8
+            cues.append("multi_step")
         if _COMPARISON.search(question):
-            return "comparison", 0.85
+            cues.append("comparison")
         if _SUMMARY.search(question):
-            return "summary", 0.85
+            cues.append("summary")
         if ranges:
-            return "temporal", 0.85
+            cues.append("temporal")
         # "error E-4012", 'find "pool exhausted"': the identifier is the question. A question that
         # merely mentions one ("what does ef_search trade off?") is factual.
         if (entities.identifiers or entities.quoted) and (len(words) <= 3 or _LOOKUP.match(question)):
-            return "exact_lookup", 0.8
-        if _TEMPORAL.search(question):
-            return "temporal", 0.6
-        return "factual", 0.7 if len(words) >= 2 else 0.4
+            cues.append("exact_lookup")
+        if not ranges and _TEMPORAL.search(question):
+            cues.append("temporal")
+        if cues:
+            distinct = list(dict.fromkeys(cues))
+            return distinct[0], round(1 / len(distinct), 3)
+        # Only stop words ("it?") gives 0: a bare reference that needs its subject.
+        return "factual", round(min(1.0, len(words) / 2), 3)
 
     @staticmethod
     def _gaps(question: str, query_type: QueryType, entities: Entities, words: list[str],

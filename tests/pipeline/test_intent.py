@@ -149,3 +149,11 @@ def test_any_text_yields_an_intent_and_a_route(text: str) -> None:
     assert 0 <= intent.ambiguity <= 1
     if decision.route.action == "clarify":
         assert intent.clarifications
+
+
+def test_type_confidence_comes_from_the_cues() -> None:
+    assert parser.parse("Compare HNSW and IVFFlat", NOW).confidence == 1.0  # one cue
+    conflicted = parser.parse("Summarize and compare the changes since March", NOW)
+    assert conflicted.query_type == "comparison" and conflicted.confidence == round(1 / 3, 3)
+    assert parser.parse("How does PostgreSQL replicate data?", NOW).confidence == 1.0  # factual, clear
+    assert parser.parse("it?", NOW).confidence == 0.0
