@@ -256,11 +256,9 @@ class IntentParser:
     @staticmethod
     def _ambiguity(question: str, query_type: QueryType, words: list[str], missing: list[str],
                    resolved: dict[str, str], history: Sequence[Turn]) -> float:
-        if query_type == "out_of_scope":
-            return 0.0
-        score = 0.0
-        score += 0.4 * len(missing)
-        if len(words) <= 2:
+        # Each missing piece weighs most; a very short question and an unresolved pronoun add doubt.
+        score = 0.4 * len(missing)
+        if len(words) <= 2 and query_type != "out_of_scope":
             score += 0.2
         if _PRONOUN.search(question) and not history:
             score += 0.2
