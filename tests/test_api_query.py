@@ -49,6 +49,13 @@ def client(migrated_url: str):
     settings = load_settings(database_url=migrated_url, serve_worker="on", worker_heartbeat_s=1)
     with TestClient(create_app(settings)) as test_client:
         _ingest(test_client, "kb")
+        restricted = test_client.post("/v1/documents", json={
+            "source_uri": "falcon.md", "collection": "kb", "acl": ["legal-team"],
+            "text": "Project Falcon will acquire a competitor next quarter for 40 million dollars."})
+        deadline = time.monotonic() + 60
+        while test_client.get(restricted.json()["status_url"]).json()["status"] not in ("succeeded", "failed"):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
         yield test_client
 
 
@@ -94,6 +101,15 @@ def test_ambiguous_questions_get_a_clarification(client: TestClient) -> None:
     assert result["outcome"] == "clarification" and result["answer"] is None
     assert any("compared with" in q for q in result["clarification"]["questions"])
     assert [s["kind"] for s in result["steps"]] == ["guardrails", "intent", "route", "persist"]
+
+
+def test_answers_only_cite_what_the_caller_may_read(client: TestClient) -> None:
+    question = "Which company will Project Falcon acquire next quarter?"
+    anonymous = ask(client, question=question)
+    assert "falcon.md" not in {c["source_uri"] for c in anonymous["citations"]}
+    assert "Falcon" not in (anonymous["answer"] or "")
+    legal = ask(client, question=question, principals=["legal-team"])
+    assert legal["citations"][0]["source_uri"] == "falcon.md"
 
 
 def test_small_talk_is_declined(client: TestClient) -> None:

@@ -261,24 +261,18 @@ class QueryPipeline:
                           budget_s=self.config.generate_budget_s))
 
         async def verify() -> GeneratedAnswer:
-            return self._verify(state.results["generate"], state.results["context"], intent)
+            answer = self._verify(state.results["generate"], state.results["context"], intent)
+            # The result is complete here, so persistence (next) stores what the caller gets.
+            self._fill(result, answer, parts, [state.results[i] for i in retrieve_ids])
+            for citation in answer.citations:
+                await state.emit("citation", citation.model_dump(mode="json"))
+            return answer
 
         steps.append(Step("verify", "verify", verify, depends_on=("generate",)))
         steps.append(Step("persist", "persist", lambda: self._persist(request, checked.masked, result, state),
                           depends_on=("verify",), budget_s=self.config.persist_budget_s))
         plan = Plan(steps)
         await state.emit("plan", {"steps": plan.describe()})
-        # persist reads ``result``, so fill it as soon as verification is done.
-        original_verify = steps[-2].run
-
-        async def verify_and_fill() -> GeneratedAnswer:
-            answer = await original_verify()
-            self._fill(result, answer, parts, [state.results[i] for i in retrieve_ids])
-            for citation in answer.citations:
-                await state.emit("citation", citation.model_dump(mode="json"))
-            return answer
-
-        steps[-2].run = verify_and_fill
         await self._execute(state, plan)
         return self._finish(result, state, started)
 
