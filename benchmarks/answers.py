@@ -56,10 +56,10 @@ def f1(prediction: str, reference: str) -> float:
     pred, ref = normalize(prediction).split(), normalize(reference).split()
     common = collections.Counter(pred) & collections.Counter(ref)
     same = sum(common.values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(pred), same / len(ref)
-    return 2 * precision * recall / (precision + recall)
+    # 2PR / (P + R) with P = same/|pred| and R = same/|ref| is 2·same / (|pred| + |ref|); two empty
+    # answers agree (as in SQuAD's script).
+    total = len(pred) + len(ref)
+    return 2 * same / total if total else float(pred == ref)
 
 
 def best(prediction: str, references: list[str]) -> tuple[float, float, str]:

@@ -53,10 +53,11 @@ def _idf(sentences: Sequence[list[str]]) -> dict[str, float]:
 
 
 def _coverage(question_terms: set[str], sentence_terms: set[str], idf: dict[str, float]) -> float:
-    if not question_terms:
-        return 0.0
+    """IDF-weighted share of the question's terms the sentence holds (a question without terms
+    covers nothing: the sum over the empty set is 0)."""
     total = sum(idf.get(t, math.log(1 + len(idf) + 1)) for t in question_terms)
-    return sum(idf.get(t, 0.0) for t in question_terms & sentence_terms) / total
+    covered = sum(idf.get(t, 0.0) for t in question_terms & sentence_terms)
+    return covered / total if total else covered
 
 
 def short_answer(question: str, sentence: str) -> str | None:

@@ -21,10 +21,8 @@ def retrieval_confidence(candidates: Sequence[Candidate], strategies_run: set[st
 
     Averages the signals available: how similar the best semantic hit is (cosine 0.2 -> 0,
     0.6 -> 1, the range where MiniLM goes from unrelated to on-topic), and how many of the top
-    three candidates at least two strategies agree on. No candidates: 0. Results that nothing
-    can judge (e.g. metadata alone): None, and the loop leaves them alone."""
-    if not candidates:
-        return 0.0
+    three candidates at least two strategies agree on (no candidates: both signals are 0).
+    Results that nothing can judge (e.g. metadata alone): None, and the loop leaves them alone."""
     signals: list[float] = []
     if "semantic" in strategies_run:
         cosines = [c.scores["semantic"] for c in candidates[:10] if "semantic" in c.scores]
@@ -33,7 +31,7 @@ def retrieval_confidence(candidates: Sequence[Candidate], strategies_run: set[st
     if len(CONTENT_STRATEGIES & strategies_run) >= 2:
         top = candidates[:3]
         agreed = sum(1 for c in top if len(CONTENT_STRATEGIES & c.ranks.keys()) >= 2)
-        signals.append(agreed / len(top))
+        signals.append(agreed / max(len(top), 1))
     if not signals:
         return None
     return sum(signals) / len(signals)

@@ -167,9 +167,11 @@ class Retriever:
         def remaining() -> float:
             return budget_s - (time.perf_counter() - started)
 
-        while adaptive and confidence is not None and confidence < cfg.min_confidence \
-                and len(iterations) < cfg.max_iterations \
-                and remaining() > 0:
+        def weak() -> bool:
+            # Nothing found is always worth acting on, whether or not the strategies can judge it.
+            return not candidates or (confidence is not None and confidence < cfg.min_confidence)
+
+        while adaptive and weak() and len(iterations) < cfg.max_iterations and remaining() > 0:
             policy = request.relax_filters
             relaxable = relaxed(flt) is not None and (
                 policy == "when_few" or (policy == "when_empty" and not candidates))
