@@ -10,7 +10,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.http_fakes import running, send_json
 
 
 @dataclass
@@ -61,13 +63,7 @@ def fake_openai() -> Iterator[FakeOpenAI]:
             })
 
         def _json(self, status: int, payload: dict) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                self.wfile.write(data)
+            send_json(self, status, payload)
 
         def _stream(self, body: dict, content: str) -> None:
             self.send_response(200)
@@ -84,11 +80,6 @@ def fake_openai() -> Iterator[FakeOpenAI]:
                 self.wfile.write(b"data: [DONE]\n\n")
             self.close_connection = True
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    try:
+    with running(Handler) as url:
+        state.url = url + "/v1"
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
