@@ -60,8 +60,7 @@ import numpy as np
 
 from benchmarks.datasets import BENCH_DATA, RetrievalSet, ensure_ingested, open_runtime, scifact, xquad
 from benchmarks.server import ServerFailed, serve
-from rag_service.domain import SearchFilter
-from rag_service.pipeline.retrieval.retriever import RetrievalRequest
+from rag_service.domain import RetrievalRequest, SearchFilter
 from rag_service.runtime import Runtime
 
 METRICS = ("ndcg@10", "recall@100", "mrr@10")

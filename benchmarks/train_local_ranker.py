@@ -20,8 +20,7 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 
 from benchmarks.datasets import BENCH_DATA, ensure_ingested, open_runtime, run_async, scifact
-from rag_service.domain import SearchFilter
-from rag_service.pipeline.retrieval.retriever import RetrievalRequest
+from rag_service.domain import RetrievalRequest, SearchFilter
 from rag_service.providers.rerankers import FEATURES, LinearModel, ranker_features
 
 OUTPUT = Path(__file__).resolve().parents[1] / "rag_service" / "providers" / "data" / "local_ranker.json"

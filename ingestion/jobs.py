@@ -17,20 +17,20 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from procrastinate import App, JobContext, PsycopgConnector
 from procrastinate import tasks as procrastinate_tasks
-from sqlalchemy import delete, func, insert, select, update
 
 from ingestion.loaders import LoadedDocument, LoadError, load_bytes
-from ingestion.pipeline import IngestOptions, IngestReport, Progress
-from rag_service.db.engine import Database, libpq_conninfo
-from rag_service.db.models import IngestJob, IngestUpload
-from rag_service.errors import NotFoundError, RagServiceError
-from rag_service.stores.pgvector import strip_nul
+from ingestion.pipeline import IngestOptions, Ingestor, Progress
+from rag_service.db.engine import libpq_conninfo
+from rag_service.db.repos import JobRepository
+from rag_service.domain import JobView, Upload
+from rag_service.errors import RagServiceError
 
 log = logging.getLogger(__name__)
 
@@ -42,89 +42,12 @@ _TEMPLATE = App(connector=PsycopgConnector())
 
 
 @dataclass(frozen=True)
-class Upload:
-    source_uri: str
-    filename: str
-    content: bytes
-    title: str | None = None
-    metadata: dict[str, Any] | None = None
+class JobDeps:
+    """What a worker needs to run ingestion jobs (handed to each task through procrastinate's
+    context): the job rows, and a fresh Ingestor per job."""
 
-
-@dataclass(frozen=True)
-class JobView:
-    id: uuid.UUID
-    collection: str
-    status: str
-    params: dict[str, Any]
-    progress: dict[str, Any]
-    report: dict[str, Any] | None
-    error: str | None
-    attempts: int
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-
-
-class JobRepository:
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
-    async def create(self, collection: str, params: dict[str, Any], uploads: list[Upload] = ()) -> uuid.UUID:
-        job_id = uuid.uuid4()
-        async with self._db.begin() as conn:
-            await conn.execute(insert(IngestJob).values(
-                id=job_id, collection=collection, status="queued", params=params, progress={}, attempts=0))
-            if uploads:
-                await conn.execute(insert(IngestUpload), [
-                    {"job_id": job_id, "source_uri": strip_nul(u.source_uri), "filename": strip_nul(u.filename),
-                     "content": u.content, "title": strip_nul(u.title), "metadata": strip_nul(u.metadata or {})}
-                    for u in uploads
-                ])
-        return job_id
-
-    async def get(self, job_id: uuid.UUID) -> JobView:
-        async with self._db.connect() as conn:
-            row = (await conn.execute(select(IngestJob.__table__).where(IngestJob.id == job_id))).first()
-        if row is None:
-            raise NotFoundError(f"no ingestion job {job_id}")
-        return JobView(**row._mapping)
-
-    async def list(self, *, limit: int = 50, offset: int = 0) -> tuple[list[JobView], int]:
-        async with self._db.connect() as conn:
-            rows = (await conn.execute(
-                select(IngestJob.__table__).order_by(IngestJob.created_at.desc()).limit(limit).offset(offset)
-            )).all()
-            total = (await conn.execute(select(func.count()).select_from(IngestJob))).scalar_one()
-        return [JobView(**r._mapping) for r in rows], total
-
-    async def uploads(self, job_id: uuid.UUID) -> list[Upload]:
-        async with self._db.connect() as conn:
-            rows = (await conn.execute(
-                select(IngestUpload.source_uri, IngestUpload.filename, IngestUpload.content, IngestUpload.title,
-                       IngestUpload.metadata_.label("metadata")).where(IngestUpload.job_id == job_id)
-                .order_by(IngestUpload.id)
-            )).all()
-        return [Upload(r.source_uri, r.filename, bytes(r.content), r.title, r.metadata) for r in rows]
-
-    async def _update(self, job_id: uuid.UUID, **values: Any) -> None:
-        async with self._db.begin() as conn:
-            await conn.execute(update(IngestJob).where(IngestJob.id == job_id).values(**values))
-
-    async def mark_running(self, job_id: uuid.UUID) -> None:
-        await self._update(job_id, status="running", started_at=func.now(), attempts=IngestJob.attempts + 1,
-                           error=None)
-
-    async def set_progress(self, job_id: uuid.UUID, progress: dict[str, Any]) -> None:
-        await self._update(job_id, progress=progress)
-
-    async def finish(self, job_id: uuid.UUID, report: IngestReport | None, error: str | None) -> None:
-        async with self._db.begin() as conn:
-            await conn.execute(update(IngestJob).where(IngestJob.id == job_id).values(
-                status="failed" if error else "succeeded", report=report.as_dict() if report else None,
-                error=error, finished_at=func.now()))
-            if error is None:
-                # Uploaded bytes are only needed until the job has succeeded.
-                await conn.execute(delete(IngestUpload).where(IngestUpload.job_id == job_id))
+    jobs: JobRepository
+    make_ingestor: Callable[[], Ingestor]
 
 
 def options_to_params(options: IngestOptions, paths: list[str] | None = None) -> dict[str, Any]:
@@ -146,11 +69,8 @@ def params_to_options(collection: str, params: dict[str, Any]) -> IngestOptions:
     )
 
 
-async def run_job(runtime: Any, job_id: uuid.UUID) -> JobView:
+async def run_job(job_id: uuid.UUID, jobs: JobRepository, ingestor: Ingestor) -> JobView:
     """Execute one job in this process (what the worker task does)."""
-    from pathlib import Path
-
-    jobs = JobRepository(runtime.db)
     job = await jobs.get(job_id)
     await jobs.mark_running(job_id)
     options = params_to_options(job.collection, job.params)
@@ -171,7 +91,6 @@ async def run_job(runtime: Any, job_id: uuid.UUID) -> JobView:
 
     flusher = asyncio.create_task(flush_progress())
     try:
-        ingestor = runtime.ingestor()
         if job.params.get("paths") is not None:
             report = await ingestor.ingest_paths([Path(p) for p in job.params["paths"]], options, on_progress)
         else:
@@ -199,7 +118,7 @@ async def run_job(runtime: Any, job_id: uuid.UUID) -> JobView:
         with contextlib.suppress(asyncio.CancelledError):
             await flusher
     await jobs.set_progress(job_id, latest)
-    await jobs.finish(job_id, report, None)
+    await jobs.finish(job_id, report.as_dict(), None)
     return await jobs.get(job_id)
 
 
@@ -214,8 +133,8 @@ def _as_upload(doc: LoadedDocument, upload: Upload) -> LoadedDocument:
 
 @_TEMPLATE.task(name=TASK_NAME, queue=QUEUE, pass_context=True)
 async def ingest_task(context: JobContext, job_id: str) -> None:
-    runtime = context.additional_context["runtime"]
-    await run_job(runtime, uuid.UUID(job_id))
+    deps: JobDeps = context.additional_context["ingest"]
+    await run_job(uuid.UUID(job_id), deps.jobs, deps.make_ingestor())
 
 
 def make_queue(url: str) -> App:
@@ -243,10 +162,10 @@ async def recover_stalled_jobs(queue: App, stalled_after_s: float) -> int:
     return len(list(stalled))
 
 
-async def run_worker(runtime: Any, *, heartbeat_s: float, stalled_after_s: float,
+async def run_worker(database_url: str, deps: JobDeps, *, heartbeat_s: float, stalled_after_s: float,
                      install_signal_handlers: bool = True) -> None:
     """Consume ingestion jobs until cancelled (or SIGTERM/SIGINT when handlers are installed)."""
-    queue = make_queue(runtime.db.url)
+    queue = make_queue(database_url)
     async with queue.open_async():
 
         async def recovery_loop() -> None:
@@ -261,7 +180,7 @@ async def run_worker(runtime: Any, *, heartbeat_s: float, stalled_after_s: float
         started = time.monotonic()
         try:
             await queue.run_worker_async(
-                queues=[QUEUE], concurrency=1, additional_context={"runtime": runtime},
+                queues=[QUEUE], concurrency=1, additional_context={"ingest": deps},
                 update_heartbeat_interval=heartbeat_s, stalled_worker_timeout=stalled_after_s,
                 install_signal_handlers=install_signal_handlers, delete_jobs="successful",
             )

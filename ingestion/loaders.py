@@ -190,7 +190,9 @@ def iter_beir(lines: Iterable[str], name: str) -> Iterator[LoadedDocument | Load
             yield LoadError(f"{name} line {number} (_id {doc_id}): no title and no text")
             continue
         metadata = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
-        yield LoadedDocument(source_uri=doc_id, text=text, title=title, kind="beir", metadata=_jsonable(metadata))
+        # The title is part of what is indexed, as BEIR evaluations index "title text".
+        body = f"{title}\n\n{text}" if title and text else (title or text)
+        yield LoadedDocument(source_uri=doc_id, text=body, title=title, kind="beir", metadata=_jsonable(metadata))
 
 
 LOADERS: dict[str, Callable[[bytes, str], list[LoadedDocument]]] = {
@@ -216,6 +218,33 @@ def load_bytes(data: bytes, name: str, *, max_bytes: int | None = None) -> list[
         raise
     except Exception as exc:  # parsers of untrusted files fail in many ways; one file must not stop a run
         raise LoadError(f"{name} could not be parsed as {suffix}: {type(exc).__name__}: {exc}") from None
+
+
+def holds_many_documents(path: Path, fmt: Format) -> bool:
+    """A corpus file (BEIR .jsonl): its documents have URIs of their own, not the file's."""
+    return fmt == "beir" or path.suffix == ".jsonl"
+
+
+def load_file(source: Source, fmt: Format, *, max_bytes: int) -> Iterator[LoadedDocument | LoadError]:
+    """Every document in one file, with its source URI set: a corpus file's rows (a bad row is a
+    LoadError in the stream, the others go on), or the one document of any other file. A file
+    that cannot be read at all raises LoadError (or OSError)."""
+    path = source.path
+    if holds_many_documents(path, fmt):
+        if fmt != "beir":
+            raise LoadError("a .jsonl file needs --format beir (one BEIR corpus row per line)")
+        with path.open(encoding="utf-8") as lines:
+            yield from iter_beir(lines, path.name)
+        return
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise LoadError(f"the file is {size:,} bytes; the limit is {max_bytes:,} (RAGSVC_INGEST_MAX_FILE_BYTES)")
+    modified = file_modified(path)
+    for doc in load_bytes(path.read_bytes(), path.name, max_bytes=max_bytes):
+        doc.source_uri = source.uri
+        doc.modified_at = modified
+        doc.metadata.setdefault("source_path", str(path))
+        yield doc
 
 
 @dataclass(frozen=True)

@@ -30,12 +30,12 @@ from typing import Any
 import numpy as np
 
 from ingestion.chunking import ChunkDraft, Chunker, chunk_hash
-from ingestion.loaders import Format, LoadedDocument, LoadError, Source, file_modified, iter_beir, load_bytes, walk
+from ingestion.loaders import Format, LoadedDocument, LoadError, Source, holds_many_documents, load_file, walk
 from ingestion.metadata import extract_metadata
-from rag_service.domain import ChunkRecord, DocumentRecord
+from rag_service.db.repos import DocumentCatalog
+from rag_service.domain import ChunkRecord, DocumentRecord, DocumentState
 from rag_service.providers.embeddings import Embedder
 from rag_service.stores.base import VectorStore
-from rag_service.stores.catalog import DocumentCatalog
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +265,8 @@ class Ingestor:
             batch.items.append(_Prepared(record, doc_drafts, reused, is_new=state is None))
         return batch
 
-    def _record(self, doc: LoadedDocument, digest: str, state: Any, options: IngestOptions) -> DocumentRecord:
+    def _record(self, doc: LoadedDocument, digest: str, state: DocumentState | None,
+                options: IngestOptions) -> DocumentRecord:
         extracted = extract_metadata(doc.text)
         metadata = {**extracted, **doc.metadata, "kind": doc.kind}
         if doc.modified_at:
@@ -324,38 +325,23 @@ class Ingestor:
                       report: IngestReport) -> Iterator[tuple[LoadedDocument, int]]:
         """Runs in a worker thread: file reading and parsing stay off the event loop."""
         for number, source in enumerate(sources, start=1):
+            # A corpus file holds many documents under other URIs: when it (or a row whose URI is
+            # unknown) cannot be read, none of the collection's documents may be pruned.
+            unreadable = "*" if holds_many_documents(source.path, options.format) else source.uri
             try:
-                if options.format == "beir" or (options.format == "auto" and source.path.suffix == ".jsonl"):
-                    if options.format != "beir":
-                        raise LoadError("a .jsonl file needs --format beir (one BEIR corpus row per line)")
-                    with source.path.open(encoding="utf-8") as lines:
-                        for item in iter_beir(lines, source.path.name):
-                            if isinstance(item, LoadError):
-                                report.failed += 1
-                                report.errors.append({"source": str(source.path), "error": str(item)})
-                                report.unreadable.add("*")  # a bad row's _id is unknown
-                                continue
-                            if item.title:
-                                item.text = f"{item.title}\n\n{item.text}" if item.text else item.title
-                            yield item, number
-                    continue
-                size = source.path.stat().st_size
-                if size > options.max_file_bytes:
-                    raise LoadError(f"the file is {size:,} bytes; the limit is {options.max_file_bytes:,} "
-                                    "(RAGSVC_INGEST_MAX_FILE_BYTES)")
-                loaded = load_bytes(source.path.read_bytes(), source.path.name, max_bytes=options.max_file_bytes)
-                modified = file_modified(source.path)
-                for doc in loaded:
-                    doc.source_uri = source.uri
-                    doc.modified_at = modified
-                    doc.metadata.setdefault("source_path", str(source.path))
-                    yield doc, number
+                for item in load_file(source, options.format, max_bytes=options.max_file_bytes):
+                    if isinstance(item, LoadError):
+                        self._failed(report, str(source.path), item, "*")
+                        continue
+                    yield item, number
             except (LoadError, OSError, UnicodeDecodeError) as exc:
-                report.failed += 1
-                report.errors.append({"source": str(source.path), "error": str(exc)})
-                # A BEIR file holds many documents under other URIs: none of them may be pruned.
-                is_corpus = options.format == "beir" or source.path.suffix == ".jsonl"
-                report.unreadable.add("*" if is_corpus else source.uri)
+                self._failed(report, str(source.path), exc, unreadable)
+
+    @staticmethod
+    def _failed(report: IngestReport, source: str, error: Exception, unreadable: str) -> None:
+        report.failed += 1
+        report.errors.append({"source": source, "error": str(error)})
+        report.unreadable.add(unreadable)
 
 
 def _first_line(text: str) -> str | None:

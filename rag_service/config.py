@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rag_service.domain.strategies import check_strategy_names, strategy_names
 from rag_service.errors import ConfigError
 
 ENV_PREFIX = "RAGSVC_"
@@ -32,7 +33,10 @@ class Settings(BaseSettings):
         validate_default=True,
     )
 
-    environment: Literal["development", "production"] = "development"
+    environment: Literal["development", "production"] = Field(
+        default="development",
+        description="production refuses development-only defaults (the embedded database) at start-up.",
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
 
     # --- storage -------------------------------------------------------------------------
@@ -168,10 +172,9 @@ class Settings(BaseSettings):
     @classmethod
     def _check_strategies(cls, value: str) -> str:
         names = [n.strip() for n in value.split(",") if n.strip()]
-        unknown = sorted(set(names) - {"semantic", "keyword", "metadata", "pattern"})
-        if not names or unknown:
-            raise ValueError("must list strategies from: semantic, keyword, metadata, pattern")
-        return ",".join(dict.fromkeys(names))
+        if not names:
+            raise ValueError(f"must list strategies from: {', '.join(strategy_names())}")
+        return ",".join(check_strategy_names(names))
 
     @field_validator("fusion_weights")
     @classmethod
@@ -182,6 +185,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_providers(self) -> Settings:
+        if self.environment == "production" and self.database_url is None:
+            # The embedded server lives in one machine's data dir: replicas and workers elsewhere
+            # would each start their own and never see each other's documents.
+            raise ValueError("RAGSVC_ENVIRONMENT=production needs RAGSVC_DATABASE_URL (the embedded PostgreSQL "
+                             "is for development on one machine)")
         if self.embedding_provider == "openai" and not (self.embedding_base_url or self.llm_base_url):
             raise ValueError(
                 "RAGSVC_EMBEDDING_PROVIDER=openai needs RAGSVC_EMBEDDING_BASE_URL (or RAGSVC_LLM_BASE_URL)"

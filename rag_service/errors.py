@@ -18,6 +18,8 @@ class RagServiceError(Exception):
         super().__init__(message)
         self.message = message
         self.stage = stage
+        # The plan step that failed, set by the executor (``retrieve-2``, ``generate``...).
+        self.step: str | None = None
 
     def __str__(self) -> str:
         return f"{self.stage}: {self.message}" if self.stage else self.message
@@ -75,6 +77,22 @@ class ProviderError(RagServiceError):
     status_code = 502
     exit_code = 5
     title = "provider error"
+
+
+class PayloadTooLargeError(RagServiceError):
+    """An upload is over the size limit."""
+
+    status_code = 413
+    exit_code = 2
+    title = "payload too large"
+
+
+class StepFailedError(RagServiceError):
+    """A pipeline step failed with an unexpected error (a bug); the message names the step."""
+
+    status_code = 500
+    exit_code = 1
+    title = "pipeline step failed"
 
 
 class StepTimeoutError(RagServiceError):

@@ -1,7 +1,9 @@
-"""Assembly of one process's parts: database, store, embedder. Used by the API, CLI and workers.
+"""Assembly of one process's parts: database, store, embedder, repositories, the retriever, the
+query pipeline and the ingestor. Used by the API, CLI and workers.
 
-This is the one factory that turns Settings into implementations, so the edges never pick
-implementations themselves.
+This is the composition root: the one place that turns Settings into implementations, so the
+edges never pick implementations themselves. It sits above every other layer (it builds them
+all) and only the edges import it.
 """
 
 from __future__ import annotations
@@ -14,13 +16,22 @@ from typing import Any
 
 from sqlalchemy import text
 
+from ingestion.chunking import Chunker, model_tokenizer
+from ingestion.jobs import JobDeps
+from ingestion.pipeline import Ingestor
 from rag_service import __version__
 from rag_service.config import Settings
 from rag_service.db import migrate
 from rag_service.db.engine import Database, resolve_database_url
+from rag_service.db.repos import DocumentCatalog, GuidelineRepository, JobRepository, QueryLog
 from rag_service.errors import RagServiceError, SchemaMismatchError
-from rag_service.providers.embeddings import LocalEmbedder, OpenAIEmbedder, make_embedder
-from rag_service.stores.catalog import DocumentCatalog
+from rag_service.pipeline.generation.llm_generator import LLMGenerator
+from rag_service.pipeline.intent import IntentParser
+from rag_service.pipeline.orchestrator import PipelineConfig, QueryPipeline
+from rag_service.pipeline.retrieval.retriever import Retriever, build_retriever
+from rag_service.pipeline.router import default_guidelines
+from rag_service.providers.embeddings import Embedder, make_embedder
+from rag_service.providers.llm import OpenAICompatibleLLM, make_llm
 from rag_service.stores.pgvector import PgVectorStore
 
 log = logging.getLogger(__name__)
@@ -40,7 +51,7 @@ class Runtime:
     settings: Settings
     db: Database
     store: PgVectorStore
-    embedder: LocalEmbedder | OpenAIEmbedder
+    embedder: Embedder
     embedder_ready: bool = False
     embedder_error: str | None = None
 
@@ -56,46 +67,42 @@ class Runtime:
         return DocumentCatalog(self.db)
 
     @cached_property
-    def retriever(self):  # noqa: ANN201 - the pipeline sits above this module; imported lazily
-        from rag_service.pipeline.retrieval.retriever import build_retriever
-
-        return build_retriever(self.settings, self.store, self.embedder, self.llm)
+    def jobs(self) -> JobRepository:
+        return JobRepository(self.db)
 
     @cached_property
-    def guidelines(self):  # noqa: ANN201
-        from rag_service.pipeline.history import GuidelineRepository
-
-        return GuidelineRepository(self.db)
+    def guidelines(self) -> GuidelineRepository:
+        return GuidelineRepository(self.db, defaults=default_guidelines)
 
     @cached_property
-    def pipeline(self):  # noqa: ANN201
-        """The query pipeline (guardrails, intent, router, retrieval, generation) for this process."""
-        from rag_service.pipeline.generation.llm_generator import LLMGenerator
-        from rag_service.pipeline.history import QueryLog
-        from rag_service.pipeline.intent import IntentParser
-        from rag_service.pipeline.orchestrator import PipelineConfig, QueryPipeline
-
-        s = self.settings
-        return QueryPipeline(
-            retriever=self.retriever, store=self.store, guidelines=self.guidelines, query_log=QueryLog(self.db),
-            parser=IntentParser(ambiguity_threshold=s.clarify_ambiguity_threshold),
-            llm_generator=LLMGenerator(self.llm) if self.llm is not None else None, intent_llm=self.llm,
-            config=PipelineConfig(retrieve_budget_s=s.query_retrieve_budget_s,
-                                  generate_budget_s=s.query_generate_budget_s, history_turns=s.conversation_turns,
-                                  candidates=s.query_retrieval_candidates),
-        )
+    def query_log(self) -> QueryLog:
+        return QueryLog(self.db)
 
     @cached_property
-    def llm(self):  # noqa: ANN201
+    def llm(self) -> OpenAICompatibleLLM | None:
         """The configured OpenAI-compatible LLM, or None (every caller has a path without one)."""
-        from rag_service.providers.llm import make_llm
-
         return make_llm(self.settings)
 
-    def ingestor(self):  # noqa: ANN201 - ingestion sits above this module; imported lazily
-        from ingestion.chunking import Chunker, model_tokenizer
-        from ingestion.pipeline import Ingestor
+    @cached_property
+    def retriever(self) -> Retriever:
+        return build_retriever(self.settings, self.store, self.embedder, self.llm,
+                               count_chunks=self.catalog.searchable_chunks)
 
+    @cached_property
+    def pipeline(self) -> QueryPipeline:
+        """The query pipeline (guardrails, intent, router, retrieval, generation) for this process."""
+        s = self.settings
+        return QueryPipeline(
+            retriever=self.retriever, collections=self.catalog, guidelines=self.guidelines,
+            query_log=self.query_log,
+            generator=LLMGenerator(self.llm) if self.llm is not None else None,
+            parser=IntentParser(ambiguity_threshold=s.clarify_ambiguity_threshold), intent_llm=self.llm,
+            config=PipelineConfig(retrieve_budget_s=s.query_retrieve_budget_s,
+                                  generate_budget_s=s.query_generate_budget_s, history_turns=s.conversation_turns,
+                                  candidates=s.query_retrieval_candidates, strategies=s.default_strategies),
+        )
+
+    def ingestor(self) -> Ingestor:
         s = self.settings
         chunker = Chunker(model_tokenizer(), chunk_size=s.chunk_size, chunk_overlap=s.chunk_overlap,
                           hierarchical=s.chunk_hierarchical, parent_chunk_size=s.parent_chunk_size)
@@ -103,6 +110,10 @@ class Runtime:
         signature = "/".join(map(str, (s.chunk_size, s.chunk_overlap, s.chunk_hierarchical, s.parent_chunk_size,
                                        self.embedder.name)))
         return Ingestor(self.store, self.catalog, self.embedder, chunker, signature)
+
+    def job_deps(self) -> JobDeps:
+        """What ingestion workers need from this process."""
+        return JobDeps(jobs=self.jobs, make_ingestor=self.ingestor)
 
     async def warm_up_embedder(self) -> None:
         """Load the embedding model; records failure instead of raising, for /readyz to report."""
@@ -163,7 +174,7 @@ class Runtime:
             ).scalar_one_or_none()
             server_version = (await conn.execute(text("SHOW server_version"))).scalar_one()
             revision = await conn.run_sync(migrate.current_revision)
-        counts = await self.store.counts() if revision else None
+        counts = await self.catalog.counts() if revision else None
         schema = await self.store.schema() if revision else None
         return {
             "version": __version__,
@@ -183,7 +194,7 @@ class Runtime:
                 "dimension": self.embedder.dimension,
                 "stored_dimension": schema.embedding_dimension if schema else None,
             },
-            "counts": counts.__dict__ if counts else None,
+            "counts": counts.model_dump() if counts else None,
         }
 
 

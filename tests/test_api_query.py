@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from rag_service.api import create_app
 from rag_service.cli import app as cli
 from rag_service.config import get_settings, load_settings
+from rag_service.domain import QueryRequest
 from rag_service.errors import InvalidInputError
-from rag_service.pipeline.orchestrator import QueryRequest
 from tests.fake_openai import Reply, fake_openai
 
 DOCS = [

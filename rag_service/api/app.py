@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from http import HTTPStatus
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -14,8 +15,10 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ingestion.jobs import make_queue, run_worker
 from rag_service import __version__
 from rag_service.api import documents, health, query, search
+from rag_service.api.problems import problem, problem_response
 from rag_service.config import Settings, get_settings
 from rag_service.errors import RagServiceError
 from rag_service.runtime import Runtime
@@ -23,19 +26,11 @@ from rag_service.runtime import Runtime
 log = logging.getLogger(__name__)
 
 
-def problem(status: int, title: str, detail: object) -> JSONResponse:
-    """An RFC 9457 problem body."""
-    return JSONResponse({"title": title, "status": status, "detail": detail}, status_code=status,
-                        media_type="application/problem+json")
-
-
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from ingestion.jobs import make_queue, run_worker
-
         runtime = await asyncio.to_thread(Runtime.open, settings)
         app.state.runtime = runtime
         # The model loads in the background: /healthz answers at once, /readyz says "loading".
@@ -46,8 +41,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.runs_serve_worker:
             # One command is enough on the embedded defaults: jobs run inside the server.
             background.append(asyncio.create_task(run_worker(
-                runtime, heartbeat_s=settings.worker_heartbeat_s, stalled_after_s=settings.job_stalled_after_s,
-                install_signal_handlers=False)))
+                runtime.db.url, runtime.job_deps(), heartbeat_s=settings.worker_heartbeat_s,
+                stalled_after_s=settings.job_stalled_after_s, install_signal_handlers=False)))
         try:
             yield
         finally:
@@ -68,7 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(search.router)
     app.include_router(query.router)
 
-    def openapi() -> dict:
+    def openapi() -> dict[str, Any]:
         # Bodies read by hand (multipart or JSON on one route) reference schemas FastAPI does not
         # see in any signature; add them so /docs and clients know the shape.
         if app.openapi_schema is None:
@@ -83,7 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(RagServiceError)
     async def _service_error(_: Request, exc: RagServiceError) -> JSONResponse:
-        return problem(exc.status_code, exc.title, str(exc))
+        return problem_response(exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter
@@ -13,9 +14,8 @@ from pydantic import BaseModel, Field
 from sse_starlette.sse import EventSourceResponse
 
 from rag_service.api.deps import RuntimeDep
-from rag_service.errors import RagServiceError
-from rag_service.pipeline.orchestrator import QueryRequest, QueryResult
-from rag_service.pipeline.router import GuidelineSet
+from rag_service.api.problems import problem_body
+from rag_service.domain import GuidelineSet, QueryRequest, QueryResult
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1", tags=["query"])
@@ -42,7 +42,8 @@ async def query(body: QueryRequest, runtime: RuntimeDep) -> QueryResult:
     description="Events: `plan`, `step.start`, `step.end`, `intent`, `route`, `retrieval`, `token` (answer text as "
                 "it is written), `token.reset` (discard the tokens so far: the answer was replaced by the fallback), "
                 "`citation`, then `done` (the full result, as POST /v1/query returns it; authoritative) or `error` "
-                "(`{status, title, detail}`). Each event's data is JSON.",
+                "(`{status, title, detail, step}`; `step` names the plan step that failed, when one did). "
+                "Each event's data is JSON.",
     response_class=EventSourceResponse,
     responses={200: {"content": {"text/event-stream": {}}}},
 )
@@ -56,16 +57,12 @@ async def query_stream(body: QueryRequest, runtime: RuntimeDep) -> EventSourceRe
         try:
             result = await runtime.pipeline.run(body, emit)
             await emit("done", result.model_dump(mode="json"))
-        except RagServiceError as exc:
-            await emit("error", {"status": exc.status_code, "title": exc.title, "detail": str(exc)})
-        except Exception:  # the stream must end with an event, never a dropped connection
-            log.exception("query stream failed")
-            await emit("error", {"status": 500, "title": "internal error",
-                                 "detail": "an unexpected error occurred; it has been logged"})
+        except Exception as exc:  # the stream must end with an event, never a dropped connection
+            await emit("error", problem_body(exc))
         finally:
             await events.put(None)
 
-    async def stream():  # noqa: ANN202
+    async def stream() -> AsyncIterator[dict[str, Any]]:
         task = asyncio.create_task(run())
         try:
             while (item := await events.get()) is not None:

@@ -14,9 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rag_service.domain import MAX_QUESTION_CHARS
 from rag_service.errors import InvalidInputError
-
-MAX_QUESTION_CHARS = 2000
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
 _INJECTION = [

@@ -12,15 +12,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Literal
 
-from pydantic import BaseModel, Field
-
+from rag_service.domain import Complexity, Entities, Intent, QueryType, TimeRangeModel, Turn
 from rag_service.pipeline.retrieval.query_analysis import content_words, extract_patterns, split_subqueries
 from rag_service.pipeline.timeexpr import extract_time_ranges
-
-QueryType = Literal["factual", "exact_lookup", "comparison", "multi_step", "summary", "temporal", "out_of_scope"]
-Complexity = Literal["simple", "moderate", "complex"]
 
 _CHIT_CHAT = re.compile(
     r"^\s*((hi|hello|hey|yo|good (morning|afternoon|evening))( there| all| everyone| team)?|thanks?( you)?( so much)?|"
@@ -41,57 +36,6 @@ _NUMBER = re.compile(r"(?<![\w.-])\d+(?:[.,]\d+)?%?(?![\w-])")
 _SENTENCE_START_WORDS = frozenset({"What", "How", "Why", "When", "Where", "Which", "Who", "Is", "Are", "Does",
                                    "Do", "Can", "Could", "Should", "Compare", "Summarize", "Summarise", "Tell",
                                    "Give", "Show", "Find", "List", "Explain", "Describe", "The", "A", "An", "In"})
-
-
-class TimeRangeModel(BaseModel):
-    expression: str
-    start: datetime | None
-    end: datetime | None
-
-
-class Entities(BaseModel):
-    identifiers: list[str] = Field(default_factory=list)
-    quoted: list[str] = Field(default_factory=list)
-    numbers: list[str] = Field(default_factory=list)
-    names: list[str] = Field(default_factory=list)
-
-    def main(self) -> str | None:
-        """The most specific thing the question is about (for resolving a follow-up's "it")."""
-        for group in (self.identifiers, self.quoted, self.names):
-            if group:
-                return group[0]
-        return None
-
-
-class Turn(BaseModel):
-    """What a later question in the conversation may refer back to."""
-
-    question: str
-    subject: str | None
-
-
-class Intent(BaseModel):
-    question: str = Field(description="The question as the pipeline reads it (references resolved).")
-    original: str
-    query_type: QueryType
-    entities: Entities
-    time_ranges: list[TimeRangeModel]
-    sub_questions: list[str]
-    complexity: Complexity
-    ambiguity: float = Field(ge=0, le=1)
-    missing: list[str] = Field(description="What the question lacks to be answerable.")
-    clarifications: list[str] = Field(description="Questions to ask back instead of guessing.")
-    resolved_references: dict[str, str] = Field(default_factory=dict)
-    confidence: float = Field(ge=0, le=1, description="How sure the rules are of the query type.")
-    parsed_by: Literal["rules", "rules+llm"] = "rules"
-
-    @property
-    def subject(self) -> str | None:
-        main = self.entities.main()
-        if main:
-            return main
-        words = content_words(self.question)
-        return " ".join(words[:4]) if words else None
 
 
 _TOKEN = re.compile(r"[A-Za-z][\w'-]*|[.?!;:,]")
@@ -195,7 +139,7 @@ class IntentParser:
         return Intent(question=question, original=original, query_type=query_type, entities=entities,
                       time_ranges=ranges, sub_questions=subs, complexity=complexity, ambiguity=round(ambiguity, 3),
                       missing=missing, clarifications=clarifications, resolved_references=resolved,
-                      confidence=confidence)
+                      confidence=confidence, subject=entities.main() or " ".join(words[:4]) or None)
 
     @staticmethod
     def _type(question: str, entities: Entities, ranges: list[TimeRangeModel], subs: list[str],

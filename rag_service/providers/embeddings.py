@@ -32,6 +32,12 @@ class Embedder(Protocol):
         """One L2-normalised float32 row per text, in input order."""
         ...
 
+    async def warm_up(self) -> None:
+        """Load what the first embed() would (a model, a connection), so it is not slow."""
+        ...
+
+    async def close(self) -> None: ...
+
 
 def _normalise(vectors: np.ndarray) -> np.ndarray:
     vectors = np.asarray(vectors, dtype=np.float32)

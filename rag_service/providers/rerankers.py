@@ -7,6 +7,7 @@ are the retriever's to handle: it keeps the fused order and records why.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -15,9 +16,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from rag_service.domain import Candidate
 from rag_service.errors import ConfigError, ProviderError
-from rag_service.pipeline.retrieval.models import Candidate
-from rag_service.stores.base import VectorStore
 
 
 @runtime_checkable
@@ -28,6 +28,12 @@ class Reranker(Protocol):
                      candidates: Sequence[Candidate]) -> list[float]:
         """One relevance score per candidate, in input order (higher is better)."""
         ...
+
+
+class StoredEmbeddings(Protocol):
+    """The one thing the local reranker reads: stored chunk vectors by id (any VectorStore has it)."""
+
+    async def embeddings_by_id(self, chunk_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, np.ndarray]: ...
 
 
 class CohereReranker:
@@ -132,7 +138,7 @@ class LocalReranker:
 
     name = "local"
 
-    def __init__(self, store: VectorStore, model: LinearModel | None = None) -> None:
+    def __init__(self, store: StoredEmbeddings, model: LinearModel | None = None) -> None:
         self._store = store
         self._model = model or LinearModel.load()
 

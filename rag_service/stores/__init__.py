@@ -1,5 +1,12 @@
-"""Vector-store adapters: the Protocol and its implementations."""
+"""Store adapters: the core VectorStore Protocol, the capability Protocols, and their implementations."""
 
-from rag_service.stores.base import StoreCounts, VectorStore
+from rag_service.stores.base import (
+    KeywordSearch,
+    MetadataSearch,
+    PatternMode,
+    PatternSearch,
+    RecencyOrder,
+    VectorStore,
+)
 
-__all__ = ["StoreCounts", "VectorStore"]
+__all__ = ["KeywordSearch", "MetadataSearch", "PatternMode", "PatternSearch", "RecencyOrder", "VectorStore"]

@@ -1,14 +1,20 @@
-"""The VectorStore adapter: the one interface the pipeline and ingestion use for chunk storage.
+"""The store adapters: what the pipeline and ingestion need from chunk storage, split by capability.
 
-pgvector is the first implementation. A second store (Qdrant, Weaviate, ...) implements the same
-Protocol and proves it by inheriting ``tests/stores/contract.py::VectorStoreContract``.
+``VectorStore`` is the core every store has: atomic writes, deletes, nearest-neighbour search and
+reads by chunk id. The other Protocols are capabilities a store MAY have (``KeywordSearch``,
+``MetadataSearch``, ``PatternSearch``). A second store (Qdrant, Weaviate, ...) implements
+``VectorStore`` and whichever capabilities it has, and proves each by inheriting the matching
+contract in ``tests/stores/``; the retriever degrades a strategy whose capability the store lacks
+instead of failing the query. pgvector implements all four.
+
+Every search applies ``SearchFilter`` (collection, metadata, dates, LOB/tags, ACL principals)
+inside the store, never after it.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -19,26 +25,9 @@ PatternMode = Literal["literal", "regex"]
 RecencyOrder = Literal["newest", "oldest"]
 
 
-@dataclass(frozen=True)
-class StoreCounts:
-    collections: int
-    documents: int
-    chunks: int
-    embedded_chunks: int
-
-
 @runtime_checkable
 class VectorStore(Protocol):
-    """Chunk storage and the four primitive searches. Every search applies ``SearchFilter``
-    (collection, metadata, dates, LOB/tags, ACL principals) inside the store, never after it."""
-
-    async def upsert_document(self, document: DocumentRecord) -> uuid.UUID:
-        """Insert or update by (collection, source_uri); returns the stored document id."""
-        ...
-
-    async def upsert_chunks(self, chunks: Sequence[ChunkRecord]) -> int:
-        """Insert or update chunks by id in bulk (idempotent); returns the number written."""
-        ...
+    """Chunk storage and nearest-neighbour search: what every store provides."""
 
     async def replace_documents(self, items: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord]]]) -> int:
         """Upsert the documents and swap each one's chunks for the given ones in one transaction,
@@ -57,6 +46,21 @@ class VectorStore(Protocol):
         approximate index (worth it on small collections)."""
         ...
 
+    async def chunks_by_id(
+        self, chunk_ids: Sequence[uuid.UUID], *, with_embeddings: bool = False
+    ) -> dict[uuid.UUID, tuple[SearchHit, np.ndarray | None]]:
+        """Stored chunks (parents included) by id, with embeddings when asked; unknown ids are absent."""
+        ...
+
+    async def embeddings_by_id(self, chunk_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, np.ndarray]:
+        """Stored embeddings by chunk id; chunks without one (parents, unknown ids) are absent."""
+        ...
+
+
+@runtime_checkable
+class KeywordSearch(Protocol):
+    """Lexical search over the chunks' words: full text and BM25."""
+
     async def text_search(self, query: str, flt: SearchFilter, top_k: int) -> list[SearchHit]:
         """Full-text match (web-search syntax: quotes, OR, -exclusions), best first."""
         ...
@@ -68,11 +72,21 @@ class VectorStore(Protocol):
         in the query restrict the matches as in ``text_search``."""
         ...
 
+
+@runtime_checkable
+class MetadataSearch(Protocol):
+    """Search by the structured filter alone, with no query text or vector."""
+
     async def metadata_search(
         self, flt: SearchFilter, top_k: int, order: RecencyOrder = "newest"
     ) -> list[SearchHit]:
         """Chunks matching only the structured filter, ordered by document date."""
         ...
+
+
+@runtime_checkable
+class PatternSearch(Protocol):
+    """Exact-string and regex search over chunk text (identifiers, error codes)."""
 
     async def pattern_search(
         self, pattern: str, flt: SearchFilter, top_k: int, mode: PatternMode = "literal",
@@ -82,21 +96,3 @@ class VectorStore(Protocol):
         score = number of occurrences. ``prefilter`` is a phrase the chunk must also match in
         full text, which lets the store use its text index instead of scanning every chunk."""
         ...
-
-    async def chunks_by_id(
-        self, chunk_ids: Sequence[uuid.UUID], *, with_embeddings: bool = False
-    ) -> dict[uuid.UUID, tuple[SearchHit, np.ndarray | None]]:
-        """Stored chunks (parents included) by id, with embeddings when asked; unknown ids are absent."""
-        ...
-
-    async def embeddings_by_id(self, chunk_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, np.ndarray]:
-        """Stored embeddings by chunk id; chunks without one (parents, unknown ids) are absent."""
-        ...
-
-    async def collection_exists(self, name: str) -> bool: ...
-
-    async def searchable_chunks(self, collection: str | None) -> int:
-        """How many searchable chunks a collection (or the whole store) holds; cheap to ask."""
-        ...
-
-    async def counts(self) -> StoreCounts: ...

@@ -9,13 +9,12 @@ import uuid
 import pytest
 
 from rag_service.config import load_settings
-from rag_service.domain import SearchHit
+from rag_service.domain import Candidate, SearchHit
 from rag_service.errors import ProviderError
 from rag_service.pipeline.generation.citations import cited_numbers, support, verify_claims
 from rag_service.pipeline.generation.extractive import ExtractiveGenerator
 from rag_service.pipeline.generation.llm_generator import AnswerFieldStreamer, LLMGenerator
-from rag_service.pipeline.generation.text import split_sentences
-from rag_service.pipeline.retrieval.models import Candidate
+from rag_service.pipeline.generation.sentences import split_sentences
 from rag_service.providers.llm import make_llm
 from tests.fake_openai import Reply, fake_openai
 
@@ -48,12 +47,12 @@ def test_sentences_keep_offsets() -> None:
     ("Why is the sky blue?", None),
 ])
 def test_short_answers_by_question_kind(question: str, expected: str | None) -> None:
-    best = ExtractiveGenerator().generate(question, [], CONTEXT)
+    best = ExtractiveGenerator().extract(question, [], CONTEXT)
     assert best.short_answer == expected
 
 
 def test_extractive_answer_cites_the_sentence_it_quotes() -> None:
-    answer = ExtractiveGenerator().generate("Who led the Panthers in sacks?", [], CONTEXT, retrieval_confidence=0.8)
+    answer = ExtractiveGenerator().extract("Who led the Panthers in sacks?", [], CONTEXT, retrieval_confidence=0.8)
     assert answer.generator == "extractive"
     first = answer.citations[0]
     assert first.n == 1 and first.source_uri == "panthers"
@@ -65,14 +64,14 @@ def test_extractive_answer_cites_the_sentence_it_quotes() -> None:
 
 
 def test_extractive_answers_each_sub_question() -> None:
-    answer = ExtractiveGenerator().generate(
+    answer = ExtractiveGenerator().extract(
         "Who led the Panthers in sacks and who won Super Bowl 50?", ["Who led the Panthers in sacks",
                                                                      "who won Super Bowl 50"], CONTEXT)
     assert {c.source_uri for c in answer.citations} == {"panthers", "broncos"}
 
 
 def test_extractive_with_no_context_says_so() -> None:
-    answer = ExtractiveGenerator().generate("anything", [], [])
+    answer = ExtractiveGenerator().extract("anything", [], [])
     assert answer.citations == [] and answer.confidence == 0.0 and "could not find" in answer.answer
 
 

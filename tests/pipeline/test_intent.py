@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rag_service.pipeline.intent import IntentParser, Turn, extract_entities, resolve_references
-from rag_service.pipeline.router import Guideline, GuidelineSet, RouteSpec, default_guidelines, route
+from rag_service.domain import Guideline, GuidelineSet, RouteSpec, Turn
+from rag_service.pipeline.intent import IntentParser, extract_entities, resolve_references
+from rag_service.pipeline.router import default_guidelines, route
 from rag_service.pipeline.timeexpr import extract_time_ranges
 
 NOW = datetime(2026, 11, 22, 15, 30, tzinfo=UTC)

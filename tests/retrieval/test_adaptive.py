@@ -5,9 +5,8 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from rag_service.domain import SearchFilter, SearchHit
+from rag_service.domain import Candidate, SearchFilter, SearchHit
 from rag_service.pipeline.retrieval.adaptive import LoopState, next_action, relaxed, retrieval_confidence
-from rag_service.pipeline.retrieval.models import Candidate
 
 
 def candidate(cosine: float | None, strategies: tuple[str, ...]) -> Candidate:

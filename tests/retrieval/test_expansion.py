@@ -7,11 +7,11 @@ import json
 import pytest
 
 from rag_service.config import load_settings
-from rag_service.domain import SearchFilter
+from rag_service.domain import RetrievalRequest, SearchFilter
 from rag_service.errors import ProviderError
 from rag_service.pipeline.retrieval.expansion import LLMQueryExpander
-from rag_service.pipeline.retrieval.retriever import RetrievalConfig, RetrievalRequest, Retriever
-from rag_service.pipeline.retrieval.strategies import build_strategies
+from rag_service.pipeline.retrieval.retriever import RetrievalConfig, Retriever
+from rag_service.pipeline.retrieval.strategies import StrategyContext, build_strategies
 from rag_service.providers.llm import make_llm
 from rag_service.stores.pgvector import PgVectorStore
 from tests.fake_openai import Reply, fake_openai
@@ -51,7 +51,7 @@ async def test_loop_uses_llm_variants_and_hyde(store: PgVectorStore, local_embed
     with fake_openai() as server:
         server.queue(json.dumps({"queries": ["dough kneading time"]}),
                      "Knead the dough for ten minutes and let it rise.")
-        retriever = Retriever(store, local_embedder, build_strategies(store, load_settings()), None,
+        retriever = Retriever(store, local_embedder, build_strategies(StrategyContext(store, load_settings())), None,
                               RetrievalConfig(min_confidence=1.0, max_iterations=4, time_budget_ms=20_000),
                               LLMQueryExpander(llm_for(server.url)))
         result = await retriever.retrieve(RetrievalRequest(query="How long should one work bread?",
@@ -69,7 +69,7 @@ async def test_llm_failure_is_recorded_and_the_loop_goes_on(store: PgVectorStore
                                                             corpus) -> None:
     with fake_openai() as server:
         server.default = Reply(status=500)
-        retriever = Retriever(store, local_embedder, build_strategies(store, load_settings()), None,
+        retriever = Retriever(store, local_embedder, build_strategies(StrategyContext(store, load_settings())), None,
                               RetrievalConfig(min_confidence=1.0, max_iterations=4, time_budget_ms=20_000),
                               LLMQueryExpander(llm_for(server.url)))
         result = await retriever.retrieve(RetrievalRequest(query="What is the bread recipe?",

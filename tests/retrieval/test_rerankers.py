@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from rag_service.domain import SearchHit
+from rag_service.domain import Candidate, SearchHit
 from rag_service.errors import ConfigError, ProviderError
-from rag_service.pipeline.retrieval.models import Candidate
 from rag_service.providers.rerankers import (
     FEATURES,
     CohereReranker,
@@ -90,7 +90,7 @@ class _Vectors:
     def __init__(self, vectors: dict[uuid.UUID, np.ndarray]) -> None:
         self.vectors = vectors
 
-    async def embeddings_by_id(self, ids):  # noqa: ANN001, ANN201
+    async def embeddings_by_id(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, np.ndarray]:
         return {i: self.vectors[i] for i in ids if i in self.vectors}
 
 
@@ -100,7 +100,7 @@ async def test_local_reranker_orders_by_the_model() -> None:
     store = _Vectors({items[0].hit.chunk_id: np.array([0.0, 1.0], dtype=np.float32),
                       items[1].hit.chunk_id: np.array([1.0, 0.0], dtype=np.float32)})
     model = LinearModel(FEATURES, np.zeros(2), np.ones(2), np.array([1.0, 0.5]), 0.0, "test")
-    scores = await LocalReranker(store, model).rerank("q", query, items)  # type: ignore[arg-type]
+    scores = await LocalReranker(store, model).rerank("q", query, items)
     assert scores[1] > scores[0]
     with pytest.raises(ProviderError, match="embedding"):
-        await LocalReranker(store, model).rerank("q", None, items)  # type: ignore[arg-type]
+        await LocalReranker(store, model).rerank("q", None, items)

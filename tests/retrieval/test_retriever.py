@@ -4,6 +4,7 @@ reranker fallbacks, the adaptive loop, parents, and access control through every
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -11,10 +12,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rag_service.config import load_settings
-from rag_service.domain import ChunkRecord, DocumentRecord, SearchFilter
+from rag_service.domain import ChunkRecord, DocumentRecord, RetrievalRequest, SearchFilter, SearchHit
 from rag_service.errors import InvalidInputError
-from rag_service.pipeline.retrieval.retriever import RetrievalConfig, RetrievalRequest, Retriever, build_retriever
-from rag_service.pipeline.retrieval.strategies import build_strategies
+from rag_service.pipeline.retrieval.retriever import RetrievalConfig, Retriever, build_retriever
+from rag_service.pipeline.retrieval.strategies import (
+    PatternStrategy,
+    RetrievalStrategy,
+    StrategyContext,
+    build_strategies,
+)
 from rag_service.providers.rerankers import CohereReranker, LocalReranker
 from rag_service.stores.pgvector import PgVectorStore
 from tests.retrieval.fake_cohere import fake_cohere
@@ -99,16 +105,26 @@ async def test_restricted_document_is_found_with_the_principal(retriever: Retrie
     assert keys(with_principal, corpus)[0] == "merger"
 
 
+def strategies_for(store: PgVectorStore) -> dict[str, RetrievalStrategy]:
+    return build_strategies(StrategyContext(store, load_settings()))
+
+
 class FailingEmbedder:
     name, dimension = "broken", 384
 
-    async def embed(self, texts):  # noqa: ANN001, ANN201
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
         raise RuntimeError("model server down")
+
+    async def warm_up(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
 
 
 async def test_semantic_failure_falls_back_to_keyword(store: PgVectorStore, corpus) -> None:
     settings_ = load_settings(reranker="none")
-    retriever = Retriever(store, FailingEmbedder(), build_strategies(store, settings_), None,  # type: ignore[arg-type]
+    retriever = Retriever(store, FailingEmbedder(), build_strategies(StrategyContext(store, settings_)), None,
                           RetrievalConfig(adaptive=False))
     result = await retriever.retrieve(RetrievalRequest(
         query="bread flour yeast", filter=SearchFilter(collection=COLLECTION), strategies=("semantic",)))
@@ -125,7 +141,7 @@ async def test_reranker_failure_keeps_the_fused_order(store, local_embedder, cor
     with fake_cohere() as server:
         server.mode, server.delay_s = mode, 2.0
         reranker = CohereReranker("k", base_url=server.url, timeout_s=5)
-        retriever = Retriever(store, local_embedder, build_strategies(store, settings_), reranker,
+        retriever = Retriever(store, local_embedder, build_strategies(StrategyContext(store, settings_)), reranker,
                               RetrievalConfig(adaptive=False, rerank_timeout_s=0.5))
         request = RetrievalRequest(query="PostgreSQL settings", filter=SearchFilter(collection=COLLECTION))
         result = await retriever.retrieve(request)
@@ -138,7 +154,7 @@ async def test_reranker_failure_keeps_the_fused_order(store, local_embedder, cor
 
 async def test_cohere_reorders_when_it_answers(store, local_embedder, corpus) -> None:
     with fake_cohere() as server:
-        retriever = Retriever(store, local_embedder, build_strategies(store, load_settings()),
+        retriever = Retriever(store, local_embedder, strategies_for(store),
                               CohereReranker("k", base_url=server.url), RetrievalConfig(adaptive=False))
         result = await retriever.retrieve(RetrievalRequest(
             query="standby promoted primary fails", filter=SearchFilter(collection="other")))
@@ -148,7 +164,7 @@ async def test_cohere_reorders_when_it_answers(store, local_embedder, corpus) ->
 
 
 async def test_adaptive_loop_acts_when_confidence_is_low(store, local_embedder, corpus) -> None:
-    retriever = Retriever(store, local_embedder, build_strategies(store, load_settings()), None,
+    retriever = Retriever(store, local_embedder, strategies_for(store), None,
                           RetrievalConfig(min_confidence=0.99, max_iterations=5, time_budget_ms=10_000))
     flt = SearchFilter(collection=COLLECTION, lob="food")
     result = await retriever.retrieve(RetrievalRequest(
@@ -166,7 +182,7 @@ async def test_adaptive_loop_acts_when_confidence_is_low(store, local_embedder, 
 
 
 async def test_adaptive_loop_respects_its_time_budget(store, local_embedder, corpus) -> None:
-    retriever = Retriever(store, local_embedder, build_strategies(store, load_settings()), None,
+    retriever = Retriever(store, local_embedder, strategies_for(store), None,
                           RetrievalConfig(min_confidence=1.0, max_iterations=10, time_budget_ms=1))
     result = await retriever.retrieve(RetrievalRequest(query="bread", filter=SearchFilter(collection=COLLECTION)))
     assert len(result.iterations) == 1  # the first pass used the whole 1 ms budget
@@ -190,7 +206,7 @@ async def test_parents_expand_for_context(store: PgVectorStore, local_embedder) 
                         end_char=56, token_count=6, content_hash="c",
                         embedding=(await local_embedder.embed([child_text]))[0].tolist())
     await store.upsert_chunks([parent, child])
-    retriever = Retriever(store, local_embedder, build_strategies(store, load_settings()), None, RetrievalConfig())
+    retriever = Retriever(store, local_embedder, strategies_for(store), None, RetrievalConfig())
     result = await retriever.retrieve(RetrievalRequest(query="otters sleeping", filter=SearchFilter(collection="tree"),
                                                        expand_parents=True))
     assert [c.hit.chunk_id for c in result.candidates] == [child.id]
@@ -225,7 +241,7 @@ async def test_bad_requests_are_refused(retriever: Retriever) -> None:
 
 
 async def test_local_reranker_reads_exact_cosines_from_the_store(store: PgVectorStore, local_embedder, corpus) -> None:
-    retriever = Retriever(store, local_embedder, build_strategies(store, load_settings()), LocalReranker(store),
+    retriever = Retriever(store, local_embedder, strategies_for(store), LocalReranker(store),
                           RetrievalConfig(adaptive=False))
     query = "standby promoted when primary fails"
     fused, _, _, embedding = await retriever.fused_candidates(RetrievalRequest(
@@ -238,20 +254,16 @@ async def test_local_reranker_reads_exact_cosines_from_the_store(store: PgVector
         assert float(vectors[chunk_id] @ embedding) == pytest.approx(cosine, abs=1e-5)
 
 
-async def test_a_failing_pattern_degrades_instead_of_failing_the_search(store: PgVectorStore, local_embedder,
-                                                                      corpus) -> None:
-    from rag_service.errors import InvalidInputError as Refused
-
-    class TimingOut:
+async def test_a_failing_pattern_degrades_instead_of_failing_the_search(store: PgVectorStore, database,
+                                                                      local_embedder, corpus) -> None:
+    class TimingOut(PgVectorStore):
         """The store's answer to a pattern that ran past the timeout, for one strategy."""
 
-        async def pattern_search(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
-            raise Refused("pattern took longer than 2000 ms")
+        async def pattern_search(self, *args: object, **kwargs: object) -> list[SearchHit]:
+            raise InvalidInputError("pattern took longer than 2000 ms")
 
-    from rag_service.pipeline.retrieval.strategies import PatternStrategy
-
-    strategies = build_strategies(store, load_settings())
-    strategies["pattern"] = PatternStrategy(TimingOut())  # type: ignore[arg-type]
+    strategies = strategies_for(store)
+    strategies["pattern"] = PatternStrategy(TimingOut(database))
     retriever = Retriever(store, local_embedder, strategies, None, RetrievalConfig(adaptive=False))
     result = await retriever.retrieve(RetrievalRequest(query='bread "knead the dough"',
                                                        filter=SearchFilter(collection=COLLECTION)))

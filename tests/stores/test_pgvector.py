@@ -1,4 +1,6 @@
-"""PgVectorStore against a real PostgreSQL + pgvector: the shared contract plus pgvector specifics."""
+"""PgVectorStore against a real PostgreSQL + pgvector: the shared contracts (core and every
+capability) plus what only pgvector has: single-document and chunk upserts, and the catalog's
+counts over the same tables."""
 
 from __future__ import annotations
 
@@ -9,20 +11,129 @@ import pytest
 from sqlalchemy import text
 
 from rag_service.db.engine import Database
+from rag_service.db.repos.catalog import DocumentCatalog
 from rag_service.domain import ChunkRecord, DocumentRecord, SearchFilter
-from rag_service.stores.base import VectorStore
+from rag_service.errors import InvalidInputError
+from rag_service.stores.base import KeywordSearch, MetadataSearch, PatternSearch, VectorStore
 from rag_service.stores.pgvector import PgVectorStore
 from tests.stores.contract import VectorStoreContract
+from tests.stores.corpus import CORPUS, new_collection
+from tests.stores.keyword_contract import KeywordSearchContract
+from tests.stores.metadata_contract import MetadataSearchContract
+from tests.stores.pattern_contract import PatternSearchContract
 
 
-class TestPgVectorStore(VectorStoreContract):
+class TestPgVectorStore(VectorStoreContract, KeywordSearchContract, MetadataSearchContract, PatternSearchContract):
     @pytest.fixture(scope="class")
     @classmethod
     async def store(cls, database: Database) -> PgVectorStore:
         return PgVectorStore(database, ef_search=40)
 
-    def test_satisfies_the_protocol(self, store: PgVectorStore) -> None:
-        assert isinstance(store, VectorStore)
+    @pytest.fixture(scope="class")
+    @classmethod
+    def catalog(cls, database: Database) -> DocumentCatalog:
+        return DocumentCatalog(database)
+
+    def test_satisfies_the_protocols(self, store: PgVectorStore) -> None:
+        for protocol in (VectorStore, KeywordSearch, MetadataSearch, PatternSearch):
+            assert isinstance(store, protocol), protocol.__name__
+
+    # --- pgvector only: upsert_document / upsert_chunks, and the catalog over the same tables ---
+
+    async def test_counts_after_upsert(self, catalog: DocumentCatalog, corpus) -> None:
+        counts = await catalog.counts()
+        assert counts.documents >= len(CORPUS)
+        assert counts.chunks >= 2 * len(CORPUS)
+        # Parent chunks (no embedding) stored by the contracts' tests, which run first, make
+        # embedded_chunks < chunks store-wide; the corpus' own collections must be fully embedded.
+        by_collection = {c: sum(len(d.texts) for d in CORPUS if d.collection == c) for c in ("kb", "other")}
+        for collection, chunks in by_collection.items():
+            assert await catalog.searchable_chunks(collection) == chunks, collection
+        assert counts.embedded_chunks == await catalog.searchable_chunks(None)
+
+    async def test_reupsert_is_idempotent_and_updates(self, store: PgVectorStore, catalog: DocumentCatalog,
+                                                      embed) -> None:
+        collection = new_collection()
+        doc = DocumentRecord(collection=collection, source_uri="test://idem", content_hash="h1")
+        doc_id = await store.upsert_document(doc)
+        again = await store.upsert_document(doc.model_copy(update={"id": uuid.uuid4(), "content_hash": "h2"}))
+        assert again == doc_id, "the same source_uri in the same collection is the same document"
+        chunk = ChunkRecord(document_id=doc_id, ordinal=0, text="alpha beta gamma", start_char=0, end_char=16,
+                            token_count=3, content_hash="x", embedding=embed("alpha beta gamma"))
+        before = await catalog.counts()
+        await store.upsert_chunks([chunk])
+        await store.upsert_chunks([chunk])
+        await store.upsert_chunks([chunk, chunk])
+        after = await catalog.counts()
+        assert after.chunks == before.chunks + 1
+        changed = chunk.model_copy(update={"text": "delta epsilon", "embedding": embed("delta epsilon")})
+        await store.upsert_chunks([changed])
+        hits = await store.text_search("epsilon", SearchFilter(collection=collection), 5)
+        assert [h.chunk_id for h in hits] == [chunk.id]
+        assert await store.text_search("gamma", SearchFilter(collection=collection), 5) == []
+
+    async def test_chunks_of_unknown_document_are_refused_whole(self, store: PgVectorStore,
+                                                                catalog: DocumentCatalog, embed) -> None:
+        before = await catalog.counts()
+        good_doc = await store.upsert_document(
+            DocumentRecord(collection="kb-orphans", source_uri="test://good", content_hash="g"))
+        chunks = [
+            ChunkRecord(document_id=good_doc, ordinal=0, text="fine", start_char=0, end_char=4, token_count=1,
+                        content_hash="a", embedding=embed("fine")),
+            ChunkRecord(document_id=uuid.uuid4(), ordinal=0, text="orphan", start_char=0, end_char=6,
+                        token_count=1, content_hash="b", embedding=embed("orphan")),
+        ]
+        with pytest.raises(InvalidInputError, match="do not exist"):
+            await store.upsert_chunks(chunks)
+        assert (await catalog.counts()).chunks == before.chunks
+
+    async def test_upsert_chunks_refuses_wrong_dimension(self, store: PgVectorStore, corpus) -> None:
+        doc_id = next(iter(corpus))
+        bad = ChunkRecord(document_id=doc_id, ordinal=9, text="x", start_char=0, end_char=1, token_count=1,
+                          content_hash="x", embedding=[0.1] * 10)
+        with pytest.raises(InvalidInputError, match="384"):
+            await store.upsert_chunks([bad])
+
+    async def test_catalog_sees_searchable_chunks_and_collections(self, store: PgVectorStore,
+                                                                  catalog: DocumentCatalog, embed) -> None:
+        collection = new_collection()
+        doc_id = await store.upsert_document(DocumentRecord(collection=collection, source_uri="t://b",
+                                                            content_hash="b"))
+        texts = ["zebra zebra lion", "zebra", "lion tiger"]
+        await store.upsert_chunks([
+            ChunkRecord(document_id=doc_id, ordinal=i, text=t, start_char=0, end_char=len(t),
+                        token_count=len(t.split()), content_hash=str(i), embedding=embed(t))
+            for i, t in enumerate(texts)])
+        assert await catalog.searchable_chunks(collection) == 3
+        assert await catalog.collection_exists(collection) and not await catalog.collection_exists(collection + "x")
+
+    async def test_keyword_index_follows_updates_and_deletes(self, store: PgVectorStore,
+                                                             catalog: DocumentCatalog, embed) -> None:
+        collection = new_collection()
+        flt = SearchFilter(collection=collection)
+        doc = DocumentRecord(collection=collection, source_uri="t://k", content_hash="k1")
+        doc_id = await store.upsert_document(doc)
+        chunk = ChunkRecord(document_id=doc_id, ordinal=0, text="walrus colony", start_char=0, end_char=13,
+                            token_count=2, content_hash="w", embedding=embed("walrus colony"))
+        await store.upsert_chunks([chunk])
+        assert [h.chunk_id for h in await store.keyword_search("walrus", flt, 5)] == [chunk.id]
+        await store.upsert_chunks([chunk.model_copy(update={"text": "penguin colony"})])
+        assert await store.keyword_search("walrus", flt, 5) == []
+        assert len(await store.keyword_search("penguin", flt, 5)) == 1
+        replacement = chunk.model_copy(update={"id": uuid.uuid4(), "text": "seal pup"})
+        await store.replace_documents([(doc.model_copy(update={"id": doc_id}), [replacement])])
+        assert await store.keyword_search("penguin", flt, 5) == []
+        assert [h.chunk_id for h in await store.keyword_search("seal", flt, 5)] == [replacement.id]
+        assert await catalog.searchable_chunks(collection) == 1
+        await store.delete_document(doc_id)
+        assert await store.keyword_search("seal", flt, 5) == []
+        assert await catalog.searchable_chunks(collection) == 0
+
+    async def test_upsert_document_refuses_reusing_an_id_for_another_source(self, store: PgVectorStore) -> None:
+        doc = DocumentRecord(collection=new_collection(), source_uri="test://first", content_hash="f")
+        await store.upsert_document(doc)
+        with pytest.raises(InvalidInputError):
+            await store.upsert_document(doc.model_copy(update={"source_uri": "test://second"}))
 
 
 def _random_unit_vectors(rng: np.random.Generator, n: int, dim: int = 384) -> np.ndarray:

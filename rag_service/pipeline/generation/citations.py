@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from rag_service.pipeline.generation.models import Claim
-from rag_service.pipeline.generation.text import split_sentences, terms
+from rag_service.domain import Claim
+from rag_service.pipeline.generation.sentences import split_sentences
+from rag_service.pipeline.generation.terms import terms
 
 _MARKER = re.compile(r"\[(\d{1,3})(?:\s*,\s*(\d{1,3}))*\]")
 _ALL_NUMBERS = re.compile(r"\d{1,3}")

@@ -11,10 +11,11 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rag_service.domain import Candidate, Citation, Complexity, GeneratedAnswer
 from rag_service.pipeline.generation.citations import verify_claims
-from rag_service.pipeline.generation.models import Citation, GeneratedAnswer
-from rag_service.pipeline.generation.text import Sentence, split_sentences, terms
-from rag_service.pipeline.retrieval.models import Candidate
+from rag_service.pipeline.generation.sentences import Sentence, split_sentences
+from rag_service.pipeline.generation.terms import terms
+from rag_service.pipeline.generation.tokens import TokenSink
 
 MAX_SENTENCES = 3
 _RANK_PRIOR = 0.15
@@ -86,8 +87,19 @@ def short_answer(question: str, sentence: str) -> str | None:
 class ExtractiveGenerator:
     name = "extractive"
 
-    def generate(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate],
-                 retrieval_confidence: float | None = None) -> GeneratedAnswer:
+    async def generate(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate], *,
+                       tier: Complexity = "simple", injection_flagged: bool = False,
+                       retrieval_confidence: float | None = None, on_token: TokenSink | None = None) -> GeneratedAnswer:
+        """The AnswerGenerator protocol: ``extract``, with each claim passed to ``on_token`` as the
+        answer's text (there is no model tier, and retrieved text is never executed as instructions)."""
+        answer = self.extract(question, sub_questions, context, retrieval_confidence)
+        if on_token is not None:
+            for claim in answer.claims:
+                await on_token(claim.text + "".join(f" [{n}]" for n in claim.citations) + " ")
+        return answer
+
+    def extract(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate],
+                retrieval_confidence: float | None = None) -> GeneratedAnswer:
         pool: list[_Scored] = []
         sentence_terms: list[list[str]] = []
         for number, candidate in enumerate(context, start=1):

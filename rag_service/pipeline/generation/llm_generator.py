@@ -6,21 +6,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
+from rag_service.domain import Candidate, Citation, GeneratedAnswer
 from rag_service.errors import ProviderError
 from rag_service.pipeline.generation.citations import best_span, cited_numbers, verify_claims
 from rag_service.pipeline.generation.extractive import short_answer
-from rag_service.pipeline.generation.models import Citation, GeneratedAnswer
-from rag_service.pipeline.retrieval.models import Candidate
+from rag_service.pipeline.generation.tokens import TokenSink
 from rag_service.prompts.registry import PromptRegistry
 from rag_service.providers.llm import LLM, Tier
 
 MAX_TRIES = 3
 PROMPT_NAME = "answer_cot"
-TokenSink = Callable[[str], Awaitable[None]]
 
 
 class LLMAnswer(BaseModel):
@@ -96,7 +95,8 @@ class LLMGenerator:
 
     async def generate(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate], *,
                        tier: Tier = "simple", injection_flagged: bool = False,
-                       on_token: TokenSink | None = None) -> GeneratedAnswer:
+                       retrieval_confidence: float | None = None, on_token: TokenSink | None = None) -> GeneratedAnswer:
+        """An answer from the LLM (``retrieval_confidence`` is not used: the model states its own)."""
         prompt = self._prompts.get(PROMPT_NAME)
         passages = [{"title": c.hit.title, "source_uri": c.hit.source_uri, "text": c.hit.text} for c in context]
         messages = prompt.render(passages=passages, question=question, sub_questions=list(sub_questions),

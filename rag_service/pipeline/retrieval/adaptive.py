@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rag_service.domain import SearchFilter
-from rag_service.pipeline.retrieval.models import Candidate
+from rag_service.domain import Candidate, SearchFilter
 
 CONTENT_STRATEGIES = frozenset({"semantic", "keyword", "pattern"})
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from rag_service.domain import SearchHit
-from rag_service.pipeline.retrieval.models import Candidate
+from rag_service.domain import Candidate, SearchHit
 
 
 @dataclass(frozen=True)

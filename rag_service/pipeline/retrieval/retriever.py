@@ -13,79 +13,36 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, Field, field_validator
 
 from rag_service.config import Settings
-from rag_service.domain import SearchFilter, SearchHit
-from rag_service.errors import (
-    DatabaseTimeoutError,
-    DatabaseUnavailableError,
-    InvalidInputError,
-    RagServiceError,
-    RetrievalUnavailableError,
-)
+from rag_service.domain import Candidate, Iteration, RerankReport, RetrievalRequest, RetrievalResult
+from rag_service.domain.strategies import BUILTIN_STRATEGIES
+from rag_service.errors import InvalidInputError, RagServiceError
 from rag_service.pipeline.retrieval.adaptive import LoopState, next_action, relaxed, retrieval_confidence
 from rag_service.pipeline.retrieval.expansion import LLMQueryExpander
-from rag_service.pipeline.retrieval.fusion import RankedList, reciprocal_rank_fusion
-from rag_service.pipeline.retrieval.models import (
-    STRATEGY_NAMES,
-    Candidate,
-    Iteration,
-    RerankReport,
-    RetrievalResult,
-    StrategyName,
-    StrategyReport,
-)
+from rag_service.pipeline.retrieval.fusion import reciprocal_rank_fusion
 from rag_service.pipeline.retrieval.query_analysis import query_variants, split_subqueries
-from rag_service.pipeline.retrieval.strategies import RetrievalStrategy, StrategyQuery
+from rag_service.pipeline.retrieval.session import SearchSession
+from rag_service.pipeline.retrieval.strategies import (
+    ChunkCounter,
+    RetrievalStrategy,
+    StrategyContext,
+    build_strategies,
+)
 from rag_service.providers.embeddings import Embedder
 from rag_service.providers.llm import LLM
-from rag_service.providers.rerankers import Reranker
+from rag_service.providers.rerankers import CohereReranker, LocalReranker, Reranker
 from rag_service.stores.base import VectorStore
 
 log = logging.getLogger(__name__)
 
-MAX_QUERY_CHARS = 2000
-MAX_TOP_K = 100
-
-
-class RetrievalRequest(BaseModel):
-    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    filter: SearchFilter = Field(default_factory=SearchFilter)
-    top_k: int = Field(default=10, ge=1, le=MAX_TOP_K)
-    strategies: tuple[StrategyName, ...] | None = None
-    rerank: bool | None = None
-    adaptive: bool | None = None
-    expand_parents: bool = False
-    candidates: int | None = Field(default=None, ge=1, le=1000,
-                                   description="Depth of each strategy's list (default: the configured one).")
-    relax_filters: Literal["when_few", "when_empty", "never"] = Field(
-        default="when_few", description="When the adaptive loop may drop structured filters: when they leave "
-                                        "fewer than top_k results, only when they leave none, or never.")
-
-    @field_validator("query")
-    @classmethod
-    def _has_words(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("query must contain some text")
-        return value
-
-    @field_validator("strategies")
-    @classmethod
-    def _distinct(cls, value: tuple[StrategyName, ...] | None) -> tuple[StrategyName, ...] | None:
-        if value is not None and not value:
-            raise ValueError(f"strategies must name at least one of {', '.join(STRATEGY_NAMES)}")
-        return tuple(dict.fromkeys(value)) if value else value
-
-
 @dataclass(frozen=True)
 class RetrievalConfig:
-    strategies: tuple[str, ...] = ("semantic", "keyword", "pattern", "metadata")
+    strategies: tuple[str, ...] = BUILTIN_STRATEGIES
     candidates: int = 100  # depth of each strategy's list
     rrf_k: float = 60.0
     weights: Mapping[str, float] = field(default_factory=lambda: {"semantic": 1.0, "keyword": 1.0})
@@ -150,7 +107,7 @@ class Retriever:
             raise InvalidInputError(f"unknown strategies {missing}; available: {sorted(self._strategies)}")
         depth = max(request.candidates or cfg.candidates, request.top_k)
         adaptive = cfg.adaptive if request.adaptive is None else request.adaptive
-        session = _Session(self, names, request.filter)
+        session = SearchSession(self._strategies, self._embedder, names)
 
         lists = await session.search([request.query], request.filter, depth, weight_factor=1.0)
         candidates = reciprocal_rank_fusion(lists, cfg.weights, cfg.rrf_k)
@@ -260,96 +217,7 @@ class Retriever:
         ]
 
 
-class _Session:
-    """State of one retrieve() call: embeddings made so far and strategies that ran."""
-
-    def __init__(self, retriever: Retriever, names: Sequence[str], flt: SearchFilter) -> None:
-        self._r = retriever
-        self.names = list(names)
-        self.embeddings: dict[str, np.ndarray] = {}
-        self.ran: set[str] = set()
-        self.reports: list[StrategyReport] = []
-        self.embed_error: str | None = None
-        self.failures: list[Exception] = []
-
-    async def _embed(self, queries: Sequence[str]) -> None:
-        todo = [q for q in dict.fromkeys(queries) if q not in self.embeddings]
-        if not todo or self.embed_error:
-            return
-        try:
-            vectors = await self._r._embedder.embed(todo)
-        except Exception as exc:  # the semantic leg fails; the others go on (and keyword stands in)
-            self.embed_error = f"embedding the query failed: {type(exc).__name__}: {exc}"
-            log.warning(self.embed_error)
-            return
-        self.embeddings.update(zip(todo, vectors, strict=True))
-
-    async def search(self, queries: Sequence[str], flt: SearchFilter, depth: int,
-                     weight_factor: float, only: Sequence[str] | None = None) -> list[RankedList]:
-        names = [n for n in self.names if only is None or n in only] or list(only or [])
-        strategies = [self._r._strategies[n] for n in names if n in self._r._strategies]
-        if any(s.needs_embedding for s in strategies):
-            await self._embed(queries)
-        jobs = [(s, q) for q in queries for s in strategies]
-        results = await asyncio.gather(*[self._run(s, q, flt, depth) for s, q in jobs])
-        lists = [RankedList(s.name, hits, weight_factor) for (s, _), hits in zip(jobs, results, strict=True)
-                 if hits is not None]
-        failed = {s.name for (s, _), hits in zip(jobs, results, strict=True) if hits is None}
-        if "semantic" in failed and "keyword" not in names and "keyword" in self._r._strategies:
-            # The design's fallback: semantic search down -> keyword search.
-            keyword = self._r._strategies["keyword"]
-            fallback = await asyncio.gather(*[self._run(keyword, q, flt, depth, fallback=True) for q in queries])
-            lists += [RankedList("keyword", hits, weight_factor) for hits in fallback if hits is not None]
-        if not lists and failed:
-            # A database outage is reported as such (503/504, retried by the orchestrator).
-            for error in self.failures:
-                if isinstance(error, DatabaseUnavailableError | DatabaseTimeoutError):
-                    raise error
-            errors = "; ".join(f"{r.strategy}: {r.error}" for r in self.reports if r.error)
-            raise RetrievalUnavailableError(f"every retrieval strategy failed ({errors})", stage="retrieval")
-        return lists
-
-    async def _run(self, strategy: RetrievalStrategy, text: str, flt: SearchFilter, depth: int,
-                   fallback: bool = False) -> list[SearchHit] | None:
-        """The strategy's hits, or None when it failed (recorded). Bad input is the caller's
-        to fix, so it propagates as a 4xx instead of being swallowed."""
-        started = time.perf_counter()
-        query = StrategyQuery(text=text, filter=flt, top_k=depth, embedding=self.embeddings.get(text))
-        if fallback:
-            query.detail["fallback_for"] = "semantic"
-        error = None
-        hits: list[SearchHit] | None
-        if strategy.needs_embedding and query.embedding is None:
-            hits, error = None, self.embed_error or "no query embedding"
-        else:
-            try:
-                hits = await strategy.search(query)
-            except InvalidInputError:
-                raise
-            except Exception as exc:
-                self.failures.append(exc)
-                hits, error = None, f"{type(exc).__name__}: {exc}"
-                log.warning("strategy %s failed: %s", strategy.name, error)
-        if hits is not None:
-            self.ran.add(strategy.name)
-        self.reports.append(StrategyReport(
-            strategy=strategy.name, query=text, hits=len(hits or []), error=error, detail=query.detail,
-            elapsed_ms=(time.perf_counter() - started) * 1000,
-        ))
-        return hits
-
-    def iteration(self, number: int, thought: str, action: str, queries: list[str], depth: int,
-                  relaxed_now: bool, candidates: list[Candidate], confidence: float | None) -> Iteration:
-        reports, self.reports = self.reports, []
-        return Iteration(number=number, thought=thought, action=action, queries=queries, top_k=depth,
-                         filter_relaxed=relaxed_now, strategies=reports, results=len(candidates),
-                         confidence=round(confidence, 4) if confidence is not None else None,
-                         elapsed_ms=sum(r.elapsed_ms for r in reports))
-
-
 def make_reranker(settings: Settings, store: VectorStore) -> Reranker | None:
-    from rag_service.providers.rerankers import CohereReranker, LocalReranker
-
     kind = settings.reranker_kind
     if kind == "cohere":
         assert settings.cohere_api_key is not None  # Settings refuses cohere without a key
@@ -360,11 +228,10 @@ def make_reranker(settings: Settings, store: VectorStore) -> Reranker | None:
     return None
 
 
-def build_retriever(settings: Settings, store: VectorStore, embedder: Embedder, llm: LLM | None = None) -> Retriever:
+def build_retriever(settings: Settings, store: VectorStore, embedder: Embedder, llm: LLM | None = None,
+                    count_chunks: ChunkCounter | None = None) -> Retriever:
     """The Retriever the Settings describe (the one factory for strategies and reranker); with an
     LLM, the adaptive loop also asks it for query variants and a HyDE passage."""
-    from rag_service.pipeline.retrieval.strategies import build_strategies
-
     config = RetrievalConfig(
         strategies=settings.default_strategies, candidates=settings.retrieval_candidates, rrf_k=settings.rrf_k,
         weights=settings.fusion_weights, rerank=settings.reranker_kind != "none",
@@ -373,5 +240,5 @@ def build_retriever(settings: Settings, store: VectorStore, embedder: Embedder, 
         max_iterations=settings.adaptive_max_iterations, time_budget_ms=settings.adaptive_time_budget_ms,
     )
     expander = LLMQueryExpander(llm) if llm is not None else None
-    return Retriever(store, embedder, build_strategies(store, settings), make_reranker(settings, store), config,
-                     expander)
+    strategies = build_strategies(StrategyContext(store=store, settings=settings, count_chunks=count_chunks))
+    return Retriever(store, embedder, strategies, make_reranker(settings, store), config, expander)

@@ -1,27 +1,45 @@
 """Retrieval strategies: one small class each behind the ``RetrievalStrategy`` Protocol.
 
-Every strategy goes through the ``VectorStore`` adapter, so scoping (collection, ACL principals,
+Every strategy goes through the store adapter, so scoping (collection, ACL principals,
 metadata) is applied inside the store's SQL, never after it. A strategy that has nothing to do
 for a query (no identifiers for ``pattern``, no structured constraint for ``metadata``) returns
-no hits rather than noise, so fusing it in costs nothing.
+no hits rather than noise, so fusing it in costs nothing. A strategy whose capability the store
+lacks (keyword, metadata or pattern search) fails each search with a clear reason, which the
+retriever records while the other strategies go on: the pipeline degrades, it does not change.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
+from rag_service.config import Settings
 from rag_service.domain import SearchFilter, SearchHit
+from rag_service.domain.strategies import add_strategy_name, remove_strategy_name, strategy_names
 from rag_service.errors import InvalidInputError, RagServiceError
 from rag_service.pipeline.retrieval.query_analysis import PatternSpec, extract_patterns
-from rag_service.stores.base import VectorStore
+from rag_service.stores.base import KeywordSearch, MetadataSearch, PatternSearch, VectorStore
 
-if TYPE_CHECKING:
-    from rag_service.config import Settings
+Capability = TypeVar("Capability")
+ChunkCounter = Callable[[str | None], Awaitable[int]]
+
+
+class MissingCapabilityError(RagServiceError):
+    """The store behind this service cannot run a strategy (it lacks, e.g., pattern search)."""
+
+    status_code = 501
+    title = "not supported by this store"
+
+
+def _capability(store: VectorStore, protocol: type[Capability], strategy: str) -> Capability:
+    if not isinstance(store, protocol):
+        raise MissingCapabilityError(f"the store {type(store).__name__} has no {protocol.__name__}; "
+                                     f"the {strategy} strategy is skipped", stage=strategy)
+    return store
 
 
 @dataclass(frozen=True)
@@ -58,17 +76,20 @@ class SemanticStrategy:
     name = "semantic"
     needs_embedding = True
 
-    def __init__(self, store: VectorStore, *, exact_below: int = 0) -> None:
+    def __init__(self, store: VectorStore, *, exact_below: int = 0, count_chunks: ChunkCounter | None = None) -> None:
         if exact_below < 0:
             raise ValueError("exact_below must be >= 0 (0 = always use the index)")
+        if exact_below and count_chunks is None:
+            raise ValueError("exact_below needs count_chunks (how many chunks a collection holds)")
         self._store = store
         self._exact_below = exact_below
+        self._count_chunks = count_chunks
 
     async def search(self, query: StrategyQuery) -> list[SearchHit]:
         if query.embedding is None:
             raise ValueError("the semantic strategy needs the query embedding")
-        exact = bool(self._exact_below) and (
-            await self._store.searchable_chunks(query.filter.collection) < self._exact_below
+        exact = bool(self._exact_below) and self._count_chunks is not None and (
+            await self._count_chunks(query.filter.collection) < self._exact_below
         )
         query.detail["exact"] = exact
         return await self._store.vector_search(query.embedding.tolist(), query.filter, query.top_k, exact=exact)
@@ -92,10 +113,11 @@ class KeywordStrategy:
         self._b = b
 
     async def search(self, query: StrategyQuery) -> list[SearchHit]:
+        store = _capability(self._store, KeywordSearch, self.name)
         query.detail["scoring"] = self._scoring
         if self._scoring == "bm25":
-            return await self._store.keyword_search(query.text, query.filter, query.top_k, k1=self._k1, b=self._b)
-        return await self._store.text_search(query.text, query.filter, query.top_k)
+            return await store.keyword_search(query.text, query.filter, query.top_k, k1=self._k1, b=self._b)
+        return await store.text_search(query.text, query.filter, query.top_k)
 
 
 class MetadataStrategy:
@@ -118,14 +140,15 @@ class MetadataStrategy:
         if not has_structured_constraint(query.filter):
             query.detail["skipped"] = "no structured constraint in the filter"
             return []
+        store = _capability(self._store, MetadataSearch, self.name)
         query.detail["order"] = self._order
-        if self._order == "relevance":
+        if self._order == "relevance" and isinstance(self._store, KeywordSearch):
             hits = await self._store.keyword_search(query.text, query.filter, query.top_k, k1=self._k1, b=self._b)
             if hits:
                 return hits
             query.detail["order"] = "newest (no query term matched)"
         order = "oldest" if self._order == "oldest" else "newest"
-        return await self._store.metadata_search(query.filter, query.top_k, order=order)
+        return await store.metadata_search(query.filter, query.top_k, order=order)
 
 
 class PatternStrategy:
@@ -144,7 +167,8 @@ class PatternStrategy:
         query.detail["patterns"] = [s.text for s in specs]
         if not specs:
             return []
-        results = await asyncio.gather(*[self._one(spec, query) for spec in specs])
+        store = _capability(self._store, PatternSearch, self.name)
+        results = await asyncio.gather(*[self._one(store, spec, query) for spec in specs])
         matched: dict[object, int] = {}
         occurrences: dict[object, float] = {}
         hits: dict[object, SearchHit] = {}
@@ -160,41 +184,57 @@ class PatternStrategy:
             for c in order[: query.top_k]
         ]
 
-    async def _one(self, spec: PatternSpec, query: StrategyQuery) -> list[SearchHit]:
+    @staticmethod
+    async def _one(store: PatternSearch, spec: PatternSpec, query: StrategyQuery) -> list[SearchHit]:
         # Identifiers are whole tokens, so the full-text index can narrow the scan first; a
         # quoted phrase may sit inside tokens the text parser splits differently (URLs, paths),
         # so it is matched on the text itself, bounded by the store's pattern timeout.
         prefilter = spec.text if spec.kind == "identifier" else None
         try:
-            return await self._store.pattern_search(spec.pattern, query.filter, query.top_k, mode=spec.mode,
-                                                    prefilter=prefilter)
+            return await store.pattern_search(spec.pattern, query.filter, query.top_k, mode=spec.mode,
+                                              prefilter=prefilter)
         except InvalidInputError as exc:
             # The patterns were read from the question, not typed as patterns: a timeout or a
             # refused pattern is this strategy failing (recorded), not the caller's bad input.
             raise RagServiceError(f"pattern {spec.text!r}: {exc}", stage="pattern") from exc
 
 
-# A factory builds a strategy from the store and the Settings (the one place knobs are read).
-StrategyFactory = Callable[[VectorStore, "Settings"], RetrievalStrategy]
-_REGISTRY: dict[str, StrategyFactory] = {}
+@dataclass(frozen=True)
+class StrategyContext:
+    """What a strategy factory may build from: the store, the catalog's chunk counts, Settings."""
+
+    store: VectorStore
+    settings: Settings
+    count_chunks: ChunkCounter | None = None
 
 
-def register_strategy(name: str, factory: StrategyFactory) -> None:
-    """Make a strategy available by name (tests that register one unregister it afterwards)."""
-    _REGISTRY[name] = factory
+StrategyFactory = Callable[[StrategyContext], RetrievalStrategy]
+_FACTORIES: dict[str, StrategyFactory] = {}
+
+
+def register_strategy(name: str, factory: StrategyFactory, description: str | None = None) -> None:
+    """Make a strategy available by name: the APIs, the router and Settings then accept it (tests
+    that register one unregister it afterwards)."""
+    add_strategy_name(name, description)
+    _FACTORIES[name] = factory
 
 
 def unregister_strategy(name: str) -> None:
-    _REGISTRY.pop(name, None)
+    remove_strategy_name(name)
+    _FACTORIES.pop(name, None)
 
 
-def build_strategies(store: VectorStore, settings: Settings) -> dict[str, RetrievalStrategy]:
-    return {name: factory(store, settings) for name, factory in _REGISTRY.items()}
+def build_strategies(context: StrategyContext) -> dict[str, RetrievalStrategy]:
+    missing = [n for n in strategy_names() if n not in _FACTORIES]
+    if missing:
+        raise ValueError(f"strategies {missing} are named but have no factory; register them with register_strategy")
+    return {name: factory(context) for name, factory in _FACTORIES.items()}
 
 
-register_strategy("semantic", lambda store, s: SemanticStrategy(store, exact_below=s.semantic_exact_below))
-register_strategy("keyword", lambda store, s: KeywordStrategy(store, scoring=s.keyword_scoring, k1=s.bm25_k1,
-                                                              b=s.bm25_b))
-register_strategy("metadata", lambda store, s: MetadataStrategy(store, order=s.metadata_order, k1=s.bm25_k1,
-                                                                b=s.bm25_b))
-register_strategy("pattern", lambda store, s: PatternStrategy(store))
+register_strategy("semantic", lambda c: SemanticStrategy(c.store, exact_below=c.settings.semantic_exact_below,
+                                                         count_chunks=c.count_chunks))
+register_strategy("keyword", lambda c: KeywordStrategy(c.store, scoring=c.settings.keyword_scoring,
+                                                       k1=c.settings.bm25_k1, b=c.settings.bm25_b))
+register_strategy("metadata", lambda c: MetadataStrategy(c.store, order=c.settings.metadata_order,
+                                                         k1=c.settings.bm25_k1, b=c.settings.bm25_b))
+register_strategy("pattern", lambda c: PatternStrategy(c.store))

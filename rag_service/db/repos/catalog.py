@@ -1,62 +1,59 @@
-"""The document catalog: what is stored per document, for ingestion bookkeeping and the
-documents API. Always PostgreSQL, whichever VectorStore holds the vectors."""
+"""The document catalog: collections, what is stored per document (for ingestion bookkeeping and
+the documents API) and how much. Always PostgreSQL, whichever VectorStore holds the vectors."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import delete, func, select
+from sqlalchemy import Select, delete, func, select, text
 
 from rag_service.db.engine import Database
 from rag_service.db.models import Chunk, Collection, Document
+from rag_service.domain import DocumentState, DocumentSummary, StoreCounts, StoredChunk
 
-
-@dataclass(frozen=True)
-class DocumentState:
-    id: uuid.UUID
-    content_hash: str
-    version: int
-
-
-@dataclass(frozen=True)
-class DocumentSummary:
-    id: uuid.UUID
-    collection: str
-    source_uri: str
-    title: str | None
-    version: int
-    content_hash: str
-    metadata: dict[str, Any]
-    acl: list[str]
-    lob: str | None
-    tags: list[str]
-    effective_date: datetime | None
-    created_at: datetime
-    updated_at: datetime
-    chunk_count: int
-
-
-@dataclass(frozen=True)
-class StoredChunk:
-    id: uuid.UUID
-    parent_id: uuid.UUID | None
-    ordinal: int
-    text: str
-    start_char: int
-    end_char: int
-    token_count: int
-    metadata: dict[str, Any]
-    embedded: bool
+# A collection that exists is remembered this long: collections are created far more rarely than
+# they are searched, and every query checks one.
+KNOWN_COLLECTION_TTL_S = 5.0
 
 
 class DocumentCatalog:
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._known_collections: dict[str, float] = {}
+
+    async def collection_exists(self, name: str) -> bool:
+        """Whether the collection exists; a yes is remembered for a few seconds."""
+        now = time.monotonic()
+        if self._known_collections.get(name, 0.0) > now:
+            return True
+        async with self._db.connect() as conn:
+            found = (await conn.execute(select(Collection.id).where(Collection.name == name))).first() is not None
+        if found:
+            self._known_collections[name] = now + KNOWN_COLLECTION_TTL_S
+        return found
+
+    async def searchable_chunks(self, collection: str | None) -> int:
+        """Searchable (embedded) chunks in a collection, or in all: one row read, kept by triggers."""
+        stmt = text(
+            "SELECT coalesce(sum(chunk_count), 0) FROM keyword_stats WHERE collection_id IN "
+            "(SELECT id FROM collections" + (" WHERE name = :name)" if collection is not None else ")")
+        )
+        async with self._db.connect() as conn:
+            params = {"name": collection} if collection is not None else {}
+            return int((await conn.execute(stmt, params)).scalar_one())
+
+    async def counts(self) -> StoreCounts:
+        async with self._db.connect() as conn:
+            row = (await conn.execute(text(
+                "SELECT (SELECT count(*) FROM collections), (SELECT count(*) FROM documents), "
+                "(SELECT count(*) FROM chunks), (SELECT count(*) FROM chunks WHERE embedding IS NOT NULL)"
+            ))).one()
+        collections, documents, chunks, embedded = map(int, row)
+        return StoreCounts(collections=collections, documents=documents, chunks=chunks, embedded_chunks=embedded)
 
     async def states(self, collection: str, source_uris: Sequence[str]) -> dict[str, DocumentState]:
         if not source_uris:
@@ -68,7 +65,7 @@ class DocumentCatalog:
         )
         async with self._db.connect() as conn:
             rows = (await conn.execute(stmt)).all()
-        return {r.source_uri: DocumentState(r.id, r.content_hash, r.version) for r in rows}
+        return {r.source_uri: DocumentState(id=r.id, content_hash=r.content_hash, version=r.version) for r in rows}
 
     async def vectors_by_hash(self, document_ids: Sequence[uuid.UUID]) -> dict[str, np.ndarray]:
         """Stored embeddings of these documents' chunks, by chunk content hash (for reuse)."""
@@ -81,7 +78,8 @@ class DocumentCatalog:
             rows = (await conn.execute(stmt)).all()
         return {r.content_hash: np.asarray(r.embedding, dtype=np.float32) for r in rows}
 
-    def _summary_select(self):  # noqa: ANN202
+    @staticmethod
+    def _summary_select() -> Select[Any]:
         chunk_count = (
             select(func.count()).select_from(Chunk).where(Chunk.document_id == Document.id).scalar_subquery()
         )
@@ -127,8 +125,9 @@ class DocumentCatalog:
                 .where(Chunk.document_id == document_id).order_by(Chunk.ordinal)
             )).all()
         return self._summary(row), [
-            StoredChunk(c.id, c.parent_id, c.ordinal, c.text, c.start_char, c.end_char, c.token_count,
-                        c.chunk_metadata or {}, c.embedded)
+            StoredChunk(id=c.id, parent_id=c.parent_id, ordinal=c.ordinal, text=c.text, start_char=c.start_char,
+                        end_char=c.end_char, token_count=c.token_count, metadata=c.chunk_metadata or {},
+                        embedded=c.embedded)
             for c in chunks
         ]
 

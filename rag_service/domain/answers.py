@@ -1,4 +1,4 @@
-"""What generators return."""
+"""What a generator returns: the answer, its claims and the citations that back them."""
 
 from __future__ import annotations
 

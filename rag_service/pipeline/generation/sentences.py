@@ -1,4 +1,4 @@
-"""Sentence splitting with offsets and the light normalisation answer scoring uses (pure)."""
+"""Sentence splitting with character offsets (pure): what answers quote and cite."""
 
 from __future__ import annotations
 
@@ -18,13 +18,6 @@ _ABBREVIATIONS = _words(
 _BOUNDARY = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])|\n{2,}|\n(?=\s*(?:[-*#]|\d+\.)\s)"
                        r"|\n(?=\s*\|)|(?<=\|)[ \t]*\n")
 _TABLE_RULE = re.compile(r"^\|?[\s:|-]+\|?$")  # |---|:--:| lines carry no text
-_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'-]*")
-_STOP = _words(
-    "a an the of in on at to for from by with about as into over under between and or but not no nor is are was "
-    "were be been being do does did have has had this that these those it its there their they them what which "
-    "who whom whose when where why how can could should would will shall may might must i you we he she his her "
-    "our your my me us than then so such also very just only any some all each other more most many much"
-)
 
 
 @dataclass(frozen=True)
@@ -56,25 +49,3 @@ def _append(out: list[Sentence], text: str, start: int, end: int) -> None:
         return
     lead = len(piece) - len(piece.lstrip())
     out.append(Sentence(stripped, start + lead, start + lead + len(stripped)))
-
-
-def stem(word: str) -> str:
-    """A light suffix stripper: enough to match "kneading" with "knead" and "limits" with "limit"."""
-    w = word.lower().strip("'")
-    for suffix in ("ations", "ation", "ings", "ing", "edly", "ies", "ied", "ed", "es", "ly", "s"):
-        if w.endswith(suffix) and len(w) - len(suffix) >= 3:
-            w = w[: -len(suffix)]
-            if suffix in ("ies", "ied"):
-                w += "y"
-            break
-    return w
-
-
-def terms(text: str) -> list[str]:
-    """Content terms (stop words dropped, stemmed), in order."""
-    return [stem(w) for w in _WORD.findall(text) if w.lower() not in _STOP]
-
-
-def tokens(text: str) -> list[str]:
-    """SQuAD-style answer tokens: lowercase words, punctuation and articles dropped."""
-    return [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in ("a", "an", "the")]

@@ -1,4 +1,5 @@
-"""Pydantic models passed between stages and across the store boundary."""
+"""Documents and chunks as they cross the store boundary: records written, hits read, the filter
+every search applies, and the catalog's views of what is stored."""
 
 from __future__ import annotations
 
@@ -141,3 +142,51 @@ class SearchHit(BaseModel):
     end_char: int
     score: float
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class DocumentState(BaseModel):
+    """What ingestion needs to know of a stored document to decide whether to re-process it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: uuid.UUID
+    content_hash: str
+    version: int
+
+
+class DocumentSummary(BaseModel):
+    """A stored document as the catalog (and the documents API) shows it."""
+
+    id: uuid.UUID
+    collection: str
+    source_uri: str
+    title: str | None
+    version: int
+    content_hash: str
+    metadata: dict[str, Any]
+    acl: list[str] = Field(description="Principals allowed to read; empty = everyone.")
+    lob: str | None
+    tags: list[str]
+    effective_date: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    chunk_count: int
+
+
+class StoredChunk(BaseModel):
+    id: uuid.UUID
+    parent_id: uuid.UUID | None
+    ordinal: int
+    text: str
+    start_char: int
+    end_char: int
+    token_count: int
+    metadata: dict[str, Any]
+    embedded: bool = Field(description="False for parent chunks, which are not searched themselves.")
+
+
+class StoreCounts(BaseModel):
+    collections: int
+    documents: int
+    chunks: int
+    embedded_chunks: int

@@ -1,0 +1,35 @@
+"""Errors as RFC 9457 problem bodies: the one translation from exceptions to what an HTTP caller
+(or an SSE stream's ``error`` event) sees."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+from rag_service.errors import RagServiceError
+
+log = logging.getLogger(__name__)
+
+
+def problem_body(exc: BaseException) -> dict[str, Any]:
+    """``{title, status, detail}`` (+ ``step`` when a pipeline step failed). Anything that is not
+    a service error is a bug: logged with its traceback, shown without it."""
+    if isinstance(exc, RagServiceError):
+        body: dict[str, Any] = {"title": exc.title, "status": exc.status_code, "detail": str(exc)}
+        if exc.step:
+            body["step"] = exc.step
+        return body
+    log.error("unexpected error", exc_info=exc)
+    return {"title": "internal error", "status": 500, "detail": "an unexpected error occurred; it has been logged"}
+
+
+def problem(status: int, title: str, detail: object, **extra: object) -> JSONResponse:
+    return JSONResponse({"title": title, "status": status, "detail": detail, **extra}, status_code=status,
+                        media_type="application/problem+json")
+
+
+def problem_response(exc: BaseException) -> JSONResponse:
+    body = problem_body(exc)
+    return JSONResponse(body, status_code=body["status"], media_type="application/problem+json")

@@ -1,0 +1,10 @@
+"""The ``ragsvc`` command. Every command that reports something takes ``--json`` and then prints
+exactly one JSON object on stdout; human-readable output and logs go to stderr or the terminal.
+
+Commands live in small modules by topic; importing them registers them on ``app``."""
+
+from rag_service.cli import db, ingest, query, server
+from rag_service.cli.common import app
+
+__all__ = ["app", "db", "ingest", "query", "server"]
+

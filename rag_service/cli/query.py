@@ -1,0 +1,100 @@
+"""``ragsvc search`` and ``ragsvc ask``: the search and query APIs from the terminal."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from rag_service.cli.common import JsonFlag, app, emit_json, handle_errors, model_json, stderr, validated
+from rag_service.domain import QueryRequest, SearchFilters, SearchRequest
+
+
+@app.command()
+@handle_errors
+def search(
+    query: Annotated[str, typer.Argument(help="What to look for (quote it).")],
+    collection: Annotated[str, typer.Option("--collection", "-c", help="Collection to search.")] = "default",
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="Results to return.", min=1, max=100)] = 10,
+    strategy: Annotated[list[str] | None, typer.Option(
+        help="semantic, keyword, metadata or pattern (repeatable; default: the configured set).")] = None,
+    tag: Annotated[list[str] | None, typer.Option(help="Only documents with any of these tags (repeatable).")] = None,
+    lob: Annotated[str | None, typer.Option(help="Only documents of this line of business.")] = None,
+    principal: Annotated[list[str] | None, typer.Option(
+        help="Caller principal for documents with an ACL (repeatable).")] = None,
+    rerank: Annotated[bool | None, typer.Option("--rerank/--no-rerank", help="Default: as configured.")] = None,
+    adaptive: Annotated[bool | None, typer.Option("--adaptive/--no-adaptive",
+                                                  help="Default: as configured.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Search a collection: strategies run concurrently, are fused (RRF) and reranked. Shows each
+    hit's source, score and rank per strategy; --json adds text, offsets and the loop's iterations."""
+    from rag_service.pipeline.retrieval.search import search as run_search
+
+    request = validated(lambda: SearchRequest(
+        query=query, collection=collection, top_k=top_k, strategies=strategy or None,
+        filters=SearchFilters(tags_any=tag or [], lob=lob), principals=principal or [],
+        rerank=rerank, adaptive=adaptive,
+    ))
+    result = model_json(lambda runtime: run_search(runtime.retriever, runtime.catalog, request))
+    if as_json:
+        emit_json(result)
+        return
+    confidence = "n/a" if result["confidence"] is None else f"{result['confidence']:.2f}"
+    table = Table(title=f"{len(result['results'])} results for {query!r} in {collection} "
+                        f"({result['elapsed_ms']:.0f} ms, confidence {confidence})")
+    for column in ("#", "score", "source", "ranks", "text"):
+        table.add_column(column, overflow="fold" if column == "text" else "ellipsis")
+    for hit in result["results"]:
+        ranks = " ".join(f"{name}:{rank}" for name, rank in hit["ranks"].items())
+        snippet = " ".join(hit["text"].split())[:160]
+        table.add_row(str(hit["rank"]), f"{hit['score']:.3f}", Text(hit["source_uri"]), ranks, Text(snippet))
+    Console().print(table)
+    if result["rerank"] and result["rerank"]["error"]:
+        stderr.print(f"[yellow]reranker[/]: {result['rerank']['error']}")
+
+
+@app.command()
+@handle_errors
+def ask(
+    question: Annotated[str, typer.Argument(help="The question (quote it).")],
+    collection: Annotated[str, typer.Option("--collection", "-c", help="Collection to ask about.")] = "default",
+    conversation: Annotated[str | None, typer.Option(
+        help="Conversation id: follow-ups with the same id may refer to earlier questions.")] = None,
+    principal: Annotated[list[str] | None, typer.Option(
+        help="Caller principal for documents with an ACL (repeatable).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Ask a question and get an answer with its sources (or the questions to clarify it).
+    Without an LLM configured the answer is extractive: the best sentences, cited."""
+    request = validated(lambda: QueryRequest(question=question, collection=collection,
+                                              conversation_id=conversation, principals=principal or []))
+    result = model_json(lambda runtime: runtime.pipeline.run(request))
+    if as_json:
+        emit_json(result)
+        return
+    console = Console()
+    if result["outcome"] == "clarification":
+        console.print("[bold]Could you clarify?[/]")
+        for item in result["clarification"]["questions"]:
+            console.print(Text(f"  - {item}"))
+        return
+    # Document text is printed as text: a "[/x]" in a source must not be read as Rich markup.
+    console.print(result["answer"], markup=False, highlight=False)
+    if result.get("short_answer"):
+        console.print(Text.assemble(("\nShort answer: ", "bold"), result["short_answer"]))
+    if result["citations"]:
+        console.print("\n[bold]Sources[/]")
+        for c in result["citations"]:
+            line = Text(f"  [{c['n']}] {c['title'] or c['source_uri']} ({c['source_uri']}, "
+                        f"chars {c['start_char']}-{c['end_char']})")
+            if not c["verified"]:
+                line.append(" (not verified)", style="yellow")
+            console.print(line)
+    if result["outcome"] == "answered":
+        extra = f"; {result['fallback_reason']}" if result.get("fallback_reason") else ""
+        stderr.print(Text(f"{result['generator']} answer, confidence {result['confidence']:.2f}, "
+                          f"{result['timings_ms']['total']:.0f} ms{extra}", style="dim"))

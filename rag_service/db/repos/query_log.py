@@ -1,0 +1,69 @@
+"""Queries with their answers, and conversation turns (what a follow-up may refer back to)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from sqlalchemy import text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.sql.expression import bindparam
+
+from rag_service.db.engine import Database
+from rag_service.domain import QueryLogEntry, Turn
+
+
+class QueryLog:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def turns(self, conversation_id: str, collection: str, principals: Sequence[str],
+                    limit: int = 5) -> list[Turn]:
+        """The conversation's last turns, oldest first; none when the conversation belongs to
+        another collection or caller."""
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(text(
+                "SELECT t.question, t.subject FROM conversation_turns t JOIN conversations c "
+                "ON c.id = t.conversation_id WHERE t.conversation_id = :cid AND c.collection = :collection "
+                "AND c.principals = CAST(:principals AS text[]) ORDER BY t.id DESC LIMIT :limit"),
+                {"cid": conversation_id, "collection": collection, "principals": sorted(set(principals)),
+                 "limit": limit})).all()
+        return [Turn(question=r.question, subject=r.subject) for r in reversed(rows)]
+
+    async def record(self, entry: QueryLogEntry) -> None:
+        """One transaction: the query, its answer (if any) and the conversation turn (only in a
+        conversation this collection and caller own)."""
+        json_params = [bindparam(n, type_=JSONB) for n in ("intent", "route", "guardrails")]
+        conversation_id = entry.conversation_id
+        async with self._db.begin() as conn:
+            if conversation_id is not None:
+                owned = (await conn.execute(text(
+                    "INSERT INTO conversations (id, collection, principals) "
+                    "VALUES (:cid, :collection, CAST(:principals AS text[])) ON CONFLICT (id) DO UPDATE "
+                    "SET updated_at = now() WHERE conversations.collection = EXCLUDED.collection "
+                    "AND conversations.principals = EXCLUDED.principals RETURNING id"),
+                    {"cid": conversation_id, "collection": entry.collection,
+                     "principals": sorted(set(entry.principals))})).first()
+                if owned is None:
+                    conversation_id = None  # someone else's conversation: log the query alone
+            await conn.execute(text(
+                "INSERT INTO queries (id, conversation_id, collection, question, resolved_question, intent, route, "
+                "guardrails, outcome) VALUES (:id, :cid, :collection, :question, :resolved, :intent, :route, "
+                ":guardrails, :outcome)").bindparams(*json_params),
+                {"id": entry.query_id, "cid": conversation_id, "collection": entry.collection,
+                 "question": entry.question, "resolved": entry.resolved_question, "intent": entry.intent,
+                 "route": entry.route, "guardrails": entry.guardrails, "outcome": entry.outcome})
+            if entry.answer is not None:
+                await conn.execute(text(
+                    "INSERT INTO answers (id, query_id, text, short_answer, citations, confidence, generator, model, "
+                    "prompt_name, prompt_version, timings_ms) VALUES (:id, :qid, :text, :short, :citations, "
+                    ":confidence, :generator, :model, :prompt_name, :prompt_version, :timings)").bindparams(
+                        bindparam("citations", type_=JSONB), bindparam("timings", type_=JSONB)),
+                    {"id": uuid.uuid4(), "qid": entry.query_id, **entry.answer.model_dump()})
+            if conversation_id is not None:
+                await conn.execute(text(
+                    "INSERT INTO conversation_turns (conversation_id, query_id, question, subject, answer) "
+                    "VALUES (:cid, :qid, :question, :subject, :answer)"),
+                    {"cid": conversation_id, "qid": entry.query_id,
+                     "question": entry.resolved_question or entry.question, "subject": entry.subject,
+                     "answer": entry.answer.text if entry.answer else None})

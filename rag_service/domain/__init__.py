@@ -1,0 +1,64 @@
+"""The types that pass between stages: ingestion and the stores, the pipeline's steps, the API
+and (next) the evaluator. Everything above imports them from here; this package imports nothing
+of the service but its own modules."""
+
+from rag_service.domain.answers import Citation, Claim, GeneratedAnswer
+from rag_service.domain.documents import (
+    COLLECTION_PATTERN,
+    ChunkRecord,
+    DocumentRecord,
+    DocumentState,
+    DocumentSummary,
+    JsonScalar,
+    MetadataRange,
+    SearchFilter,
+    SearchHit,
+    StoreCounts,
+    StoredChunk,
+)
+from rag_service.domain.evaluation import METRICS, Evaluation, MetricName, MetricScore
+from rag_service.domain.intent import Complexity, Entities, Intent, QueryType, TimeRangeModel, Turn
+from rag_service.domain.jobs import JobStatus, JobView, Upload
+from rag_service.domain.query import (
+    MAX_QUESTION_CHARS,
+    AnswerLogEntry,
+    Clarification,
+    QueryLogEntry,
+    QueryRequest,
+    QueryResult,
+    RetrievalSummary,
+    SearchFilters,
+    StepRecord,
+)
+from rag_service.domain.retrieval import (
+    MAX_QUERY_CHARS,
+    MAX_TOP_K,
+    Candidate,
+    Iteration,
+    RerankReport,
+    RetrievalRequest,
+    RetrievalResult,
+    StrategyReport,
+)
+from rag_service.domain.routing import (
+    Condition,
+    Guideline,
+    GuidelineSet,
+    ResolvedRoute,
+    RouteDecision,
+    RouteSpec,
+)
+from rag_service.domain.search import SearchRequest, SearchResponse, SearchResultPublic
+from rag_service.domain.strategies import StrategyName, check_strategy_names, strategy_names
+
+__all__ = [
+    "COLLECTION_PATTERN", "MAX_QUERY_CHARS", "MAX_QUESTION_CHARS", "MAX_TOP_K", "METRICS", "AnswerLogEntry",
+    "Candidate", "ChunkRecord", "Citation", "Claim", "Clarification", "Complexity", "Condition", "DocumentRecord",
+    "DocumentState", "DocumentSummary", "Entities", "Evaluation", "GeneratedAnswer", "Guideline", "GuidelineSet",
+    "Intent", "Iteration", "JobStatus", "JobView", "JsonScalar", "MetadataRange", "MetricName", "MetricScore",
+    "QueryLogEntry", "QueryRequest", "QueryResult", "QueryType", "RerankReport", "ResolvedRoute", "RetrievalRequest",
+    "RetrievalResult", "RetrievalSummary", "RouteDecision", "RouteSpec", "SearchFilter", "SearchFilters",
+    "SearchHit", "SearchRequest", "SearchResponse", "SearchResultPublic", "StepRecord", "StoreCounts",
+    "StoredChunk", "StrategyName", "StrategyReport", "TimeRangeModel", "Turn", "Upload", "check_strategy_names",
+    "strategy_names",
+]

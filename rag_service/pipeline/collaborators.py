@@ -1,0 +1,58 @@
+"""What the orchestrator is built over: one small Protocol per collaborator, so it can be
+assembled from the real parts (runtime.py) or from ten-line fakes in a unit test."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from rag_service.domain import (
+    Candidate,
+    Complexity,
+    GeneratedAnswer,
+    GuidelineSet,
+    QueryLogEntry,
+    RetrievalRequest,
+    RetrievalResult,
+    Turn,
+)
+from rag_service.pipeline.generation.tokens import TokenSink
+
+
+@runtime_checkable
+class Retrieves(Protocol):
+    async def retrieve(self, request: RetrievalRequest) -> RetrievalResult: ...
+
+
+@runtime_checkable
+class AnswerGenerator(Protocol):
+    name: str
+
+    async def generate(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate], *,
+                       tier: Complexity = "simple", injection_flagged: bool = False,
+                       retrieval_confidence: float | None = None,
+                       on_token: TokenSink | None = None) -> GeneratedAnswer:
+        """An answer citing ``context`` as [n] (1-based); its text also goes to ``on_token``."""
+        ...
+
+
+@runtime_checkable
+class QueryHistory(Protocol):
+    async def turns(self, conversation_id: str, collection: str, principals: Sequence[str],
+                    limit: int = 5) -> list[Turn]:
+        """The conversation's last turns, oldest first (none when it is someone else's)."""
+        ...
+
+    async def record(self, entry: QueryLogEntry) -> None: ...
+
+
+@runtime_checkable
+class GuidelineSource(Protocol):
+    async def current(self) -> tuple[int, GuidelineSet]:
+        """The current guidelines and their version."""
+        ...
+
+
+@runtime_checkable
+class CollectionCatalog(Protocol):
+    async def collection_exists(self, name: str) -> bool: ...

@@ -1,0 +1,40 @@
+"""The terms that answer scoring and citation checks compare (pure): content words, stemmed
+with Snowball English (PyStemmer), the same stemmer PostgreSQL's ``english`` text search uses, so
+"kneading" matches "knead" here as it does in the keyword index."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import Stemmer
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'-]*")
+_STOP = _words(
+    "a an the of in on at to for from by with about as into over under between and or but not no nor is are was "
+    "were be been being do does did have has had this that these those it its there their they them what which "
+    "who whom whose when where why how can could should would will shall may might must i you we he she his her "
+    "our your my me us than then so such also very just only any some all each other more most many much"
+)
+_STEMMER = Stemmer.Stemmer("english")
+
+
+@lru_cache(maxsize=65_536)
+def stem(word: str) -> str:
+    """Snowball English ("Porter2") of the lower-cased word; cached, as answers reuse few words."""
+    return _STEMMER.stemWord(word.lower().strip("'"))
+
+
+def terms(text: str) -> list[str]:
+    """Content terms (stop words dropped, stemmed), in order."""
+    return [stem(w) for w in _WORD.findall(text) if w.lower() not in _STOP]
+
+
+def tokens(text: str) -> list[str]:
+    """SQuAD-style answer tokens: lowercase words, punctuation and articles dropped."""
+    return [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in ("a", "an", "the")]

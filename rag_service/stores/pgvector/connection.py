@@ -1,0 +1,87 @@
+"""What every part of the pgvector store shares: the database, the tuning knobs, the schema
+parameters read once from the migration, and psycopg connections with pgvector's types."""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from pgvector.psycopg import register_vector_async
+from sqlalchemy import Select, text
+from sqlalchemy.exc import ProgrammingError
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.base import Executable
+from sqlalchemy.sql.elements import ClauseElement
+
+from rag_service.db.engine import Database
+from rag_service.errors import SchemaMismatchError
+
+
+@dataclass(frozen=True)
+class SchemaInfo:
+    embedding_dimension: int
+    text_search_config: str
+    has_trgm: bool
+
+
+class Explain(Executable, ClauseElement):
+    """``EXPLAIN <statement>``, with the statement's parameters bound as usual."""
+
+    inherit_cache = False
+
+    def __init__(self, statement: Select[Any]) -> None:
+        self.statement = statement
+
+
+@compiles(Explain, "postgresql")
+def _compile_explain(element: Explain, compiler: Any, **kw: Any) -> str:
+    return "EXPLAIN " + compiler.process(element.statement, **kw)
+
+
+class PgStoreBase:
+    """The state the write and search mixins share, and the helpers they all need."""
+
+    def __init__(self, db: Database, *, ef_search: int = 40, pattern_timeout_ms: int = 2000) -> None:
+        if ef_search < 1:
+            raise ValueError("ef_search must be >= 1")
+        if pattern_timeout_ms < 1:
+            raise ValueError("pattern_timeout_ms must be >= 1")
+        self._db = db
+        self._ef_search = ef_search
+        self._pattern_timeout_ms = pattern_timeout_ms
+        self._schema: SchemaInfo | None = None
+        self._vector_registered: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    async def _raw_with_vector(self, conn: AsyncConnection) -> Any:
+        """The psycopg connection under ``conn``, with pgvector's types registered once per
+        connection (registering looks the type up in the catalog: a round trip each time)."""
+        raw = (await conn.get_raw_connection()).driver_connection
+        if raw not in self._vector_registered:
+            await register_vector_async(raw)
+            self._vector_registered.add(raw)
+        return raw
+
+    async def schema(self) -> SchemaInfo:
+        """Parameters fixed by the migration (read once): vector dimension, text search config."""
+        if self._schema is None:
+            async with self._db.connect() as conn:
+                try:
+                    rows = dict((await conn.execute(text("SELECT key, value FROM schema_info"))).all())
+                except ProgrammingError as exc:
+                    raise SchemaMismatchError(
+                        "the database has no rag-service schema; run `ragsvc db upgrade`"
+                    ) from exc
+            self._schema = SchemaInfo(
+                embedding_dimension=int(rows["embedding_dimension"]),
+                text_search_config=rows["text_search_config"],
+                has_trgm=rows.get("pg_trgm") == "yes",
+            )
+        return self._schema
+
+    async def explain(self, statement: Select[Any]) -> str:
+        """PostgreSQL's plan for a search statement, as EXPLAIN prints it."""
+        async with self._db.connect() as conn:
+            await conn.execute(text(f"SET LOCAL hnsw.ef_search = {self._ef_search}"))
+            return "\n".join(row[0] for row in await conn.execute(Explain(statement)))

@@ -1,0 +1,209 @@
+"""Searches on the pgvector store that read ``chunks`` directly: nearest neighbours, full text,
+structured filter, patterns, and reads by id.
+
+Every search is a SQLAlchemy Core statement over ``chunks`` joined to ``documents``; every
+filter, the ACL check included, is part of the WHERE clause.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Float, Select, cast, func, literal, select, text
+from sqlalchemy.dialects.postgresql import REGCONFIG
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.elements import ColumnElement
+
+from rag_service.db.models import Chunk, Document
+from rag_service.domain import SearchFilter, SearchHit
+from rag_service.errors import InvalidInputError
+from rag_service.stores.base import PatternMode, RecencyOrder
+from rag_service.stores.patterns import escape_like, validate_pattern
+from rag_service.stores.pgvector.connection import PgStoreBase
+from rag_service.stores.pgvector.filters import build_filter, check_top_k
+
+
+def base_select(score: ColumnElement[Any]) -> Select[Any]:
+    """The columns a SearchHit is made of, with ``score`` as its score; callers add WHERE and ORDER BY."""
+    return (
+        select(
+            Chunk.id, Chunk.document_id, Chunk.parent_id, Chunk.ordinal, Document.source_uri, Document.title,
+            Chunk.text, Chunk.start_char, Chunk.end_char, Chunk.metadata_.label("chunk_metadata"),
+            score.label("score"),
+        )
+        .select_from(Chunk)
+        .join(Document, Document.id == Chunk.document_id)
+    )
+
+
+def to_hits(rows: Sequence[Any]) -> list[SearchHit]:
+    """Rows of a ``base_select`` statement as SearchHits, in order."""
+    return [
+        SearchHit(
+            chunk_id=r.id, document_id=r.document_id, parent_id=r.parent_id, ordinal=r.ordinal,
+            source_uri=r.source_uri, title=r.title, text=r.text, start_char=r.start_char,
+            end_char=r.end_char, score=float(r.score), metadata=r.chunk_metadata or {},
+        )
+        for r in rows
+    ]
+
+
+class PgSearches(PgStoreBase):
+    """Vector, full-text, metadata and pattern search, and reads of stored chunks by id."""
+
+    def vector_query(self, embedding: Sequence[float], flt: SearchFilter, top_k: int, dim: int) -> Select[Any]:
+        """The nearest-neighbour statement (public so its plan can be inspected with EXPLAIN)."""
+        check_top_k(top_k)
+        if len(embedding) != dim:
+            raise InvalidInputError(f"query embedding has {len(embedding)} dimensions; the store holds {dim}")
+        vector = np.asarray(embedding, dtype=np.float32)
+        if not np.isfinite(vector).all() or not np.any(vector):
+            raise InvalidInputError("query embedding must be finite and not all zeros (cosine is undefined)")
+        distance = Chunk.embedding.cosine_distance(vector)
+        return (
+            base_select(1 - distance)
+            .where(Chunk.embedding.is_not(None), *build_filter(flt))
+            .order_by(distance)
+            .limit(top_k)
+        )
+
+    async def vector_search(
+        self, embedding: Sequence[float], flt: SearchFilter, top_k: int, *, exact: bool = False
+    ) -> list[SearchHit]:
+        stmt = self.vector_query(embedding, flt, top_k, (await self.schema()).embedding_dimension)
+        async with self._db.connect() as conn:
+            await conn.execute(text(f"SET LOCAL hnsw.ef_search = {max(self._ef_search, top_k)}"))
+            rows = [] if exact else (await conn.execute(stmt)).all()
+            if len(rows) < top_k:
+                # HNSW applies filters after the index scan, so a selective filter (or ACL) can
+                # starve the result. Re-run exactly: ordering by an expression the index cannot
+                # serve makes PostgreSQL scan only the rows the other conditions select.
+                distance = Chunk.embedding.cosine_distance(np.asarray(embedding, dtype=np.float32))
+                rows = (await conn.execute(stmt.order_by(None).order_by(distance + 0))).all()
+        return to_hits(rows)
+
+    async def text_search(self, query: str, flt: SearchFilter, top_k: int) -> list[SearchHit]:
+        check_top_k(top_k)
+        if not query.strip():
+            raise InvalidInputError("text query must not be empty")
+        config = cast(literal((await self.schema()).text_search_config), REGCONFIG)
+        tsquery = func.websearch_to_tsquery(config, query.replace("\x00", ""))
+        rank = func.ts_rank_cd(Chunk.tsv, tsquery)
+        stmt = (
+            base_select(cast(rank, Float))
+            .where(Chunk.tsv.op("@@")(tsquery), Chunk.embedding.is_not(None), *build_filter(flt))
+            .order_by(rank.desc(), Chunk.id)
+            .limit(top_k)
+        )
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return to_hits(rows)
+
+    async def metadata_search(
+        self, flt: SearchFilter, top_k: int, order: RecencyOrder = "newest"
+    ) -> list[SearchHit]:
+        check_top_k(top_k)
+        if order not in ("newest", "oldest"):
+            raise InvalidInputError(f"order must be 'newest' or 'oldest', not {order!r}")
+        document_date = func.coalesce(Document.effective_date, Document.updated_at)
+        stmt = (
+            base_select(func.extract("epoch", document_date))
+            .where(Chunk.embedding.is_not(None), *build_filter(flt))
+            .order_by(document_date.desc() if order == "newest" else document_date.asc(),
+                      Chunk.document_id, Chunk.ordinal)
+            .limit(top_k)
+        )
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        hits = to_hits(rows)
+        # Structured matches carry no relevance: the score is the reciprocal rank in date order.
+        return [hit.model_copy(update={"score": 1.0 / rank}) for rank, hit in enumerate(hits, start=1)]
+
+    async def pattern_search(
+        self, pattern: str, flt: SearchFilter, top_k: int, mode: PatternMode = "literal",
+        case_sensitive: bool = False, prefilter: str | None = None,
+    ) -> list[SearchHit]:
+        check_top_k(top_k)
+        validate_pattern(pattern, mode)
+        config = cast(literal((await self.schema()).text_search_config), REGCONFIG)
+        if mode == "literal":
+            like = "%" + escape_like(pattern) + "%"
+            matches = Chunk.text.like(like, escape="\\") if case_sensitive else Chunk.text.ilike(like, escape="\\")
+            haystack = Chunk.text if case_sensitive else func.lower(Chunk.text)
+            needle = pattern if case_sensitive else pattern.lower()
+            occurrences = (func.length(haystack) - func.length(func.replace(haystack, needle, ""))) / len(needle)
+        else:
+            matches = Chunk.text.op("~" if case_sensitive else "~*")(pattern)
+            flags = "g" if case_sensitive else "gi"
+            occurrences = (
+                select(func.count()).select_from(func.regexp_matches(Chunk.text, pattern, flags).alias("m"))
+                .scalar_subquery()
+            )
+        score = cast(occurrences, Float)
+        conditions = [matches, Chunk.embedding.is_not(None), *build_filter(flt)]
+        phrase = func.phraseto_tsquery(config, (prefilter or "").replace("\x00", ""))
+        stmt = (
+            base_select(score)
+            .where(*conditions)
+            .order_by(score.desc(), Chunk.document_id, Chunk.ordinal)
+            .limit(top_k)
+        )
+        async with self._db.connect() as conn:
+            if mode == "regex":
+                # PostgreSQL's regex dialect (ARE) is what runs: let it judge the pattern.
+                try:
+                    await conn.execute(text("SELECT '' ~ :p"), {"p": pattern})
+                except DBAPIError as exc:
+                    await conn.rollback()
+                    raise InvalidInputError(
+                        f"invalid regex {pattern!r}: {str(exc.orig).splitlines()[0]}. Patterns use PostgreSQL "
+                        "syntax (\\y for a word boundary, no named groups)"
+                    ) from None
+            if prefilter and (await conn.execute(select(func.numnode(phrase)))).scalar_one() > 0:
+                # The full-text index narrows the scan to chunks holding the phrase's words in
+                # order; the pattern then runs on those few instead of on every chunk.
+                stmt = stmt.where(Chunk.tsv.op("@@")(phrase))
+            await conn.execute(text(f"SET LOCAL statement_timeout = {int(self._pattern_timeout_ms)}"))
+            try:
+                rows = (await conn.execute(stmt)).all()
+            except DBAPIError as exc:
+                if "statement timeout" in str(exc.orig):
+                    raise InvalidInputError(
+                        f"pattern {pattern!r} took longer than {self._pattern_timeout_ms} ms; "
+                        "make it more specific or narrow the filter"
+                    ) from exc
+                raise
+        return to_hits(rows)
+
+    async def chunks_by_id(
+        self, chunk_ids: Sequence[uuid.UUID], *, with_embeddings: bool = False
+    ) -> dict[uuid.UUID, tuple[SearchHit, np.ndarray | None]]:
+        """Stored chunks by id (parents included), each with its embedding when asked. No ACL
+        check: callers pass ids that came out of a filtered search (or their parents)."""
+        if not chunk_ids:
+            return {}
+        columns = [Chunk.embedding] if with_embeddings else []
+        stmt = base_select(literal(0.0, Float)).add_columns(*columns).where(Chunk.id.in_(list(chunk_ids)))
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        hits = to_hits(rows)
+        return {
+            hit.chunk_id: (hit, np.asarray(row.embedding, dtype=np.float32) if with_embeddings
+                           and row.embedding is not None else None)
+            for hit, row in zip(hits, rows, strict=True)
+        }
+
+    async def embeddings_by_id(self, chunk_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, np.ndarray]:
+        """Stored embeddings by chunk id (chunks without one are absent), read in binary: a
+        reranker asks for a couple of hundred per query, and text parsing would dominate."""
+        if not chunk_ids:
+            return {}
+        async with self._db.connect() as conn:
+            raw = await self._raw_with_vector(conn)
+            async with raw.cursor(binary=True) as cur:
+                await cur.execute("SELECT id, embedding FROM chunks WHERE id = ANY(%s) AND embedding IS NOT NULL",
+                                  (list(chunk_ids),))
+                return {row[0]: row[1].to_numpy() for row in await cur.fetchall()}
