@@ -12,6 +12,15 @@ from typer.testing import CliRunner
 from rag_service.api import create_app
 from rag_service.cli import app as cli
 from rag_service.config import get_settings, load_settings
+from rag_service.domain import SearchHit
+from rag_service.errors import ConfigError
+from rag_service.pipeline.retrieval.strategies import (
+    KeywordStrategy,
+    StrategyQuery,
+    register_strategy,
+    unregister_strategy,
+)
+from rag_service.stores.base import VectorStore
 
 DOCS = [
     {"source_uri": "pool.md", "title": "Connection pool",
@@ -129,3 +138,38 @@ def test_cli_search_prints_json_and_a_table(client: TestClient, migrated_url: st
     bad = runner.invoke(cli, ["search", "x", "--strategy", "telepathy"])
     assert bad.exit_code != 0 and "strategies" in bad.output
     get_settings.cache_clear()
+
+
+class BreadOnly:
+    """A strategy registered by a test: BM25 for "dough", whatever the query."""
+
+    name = "bread_only"
+    needs_embedding = False
+
+    def __init__(self, store: VectorStore) -> None:
+        self._keyword = KeywordStrategy(store)
+
+    async def search(self, query: StrategyQuery) -> list[SearchHit]:
+        return await self._keyword.search(StrategyQuery(text="dough", filter=query.filter, top_k=query.top_k))
+
+
+def test_a_registered_strategy_can_be_requested_through_the_api(client: TestClient, migrated_url: str) -> None:
+    body = {"query": "connection pool", "collection": "s", "strategies": ["bread_only"], "rerank": False}
+    refused = client.post("/v1/search", json=body)
+    assert refused.status_code == 422 and "unknown strategy 'bread_only'" in refused.text
+    register_strategy("bread_only", lambda c: BreadOnly(c.store), "BM25 for dough")
+    try:
+        settings = load_settings(database_url=migrated_url, serve_worker="off",
+                                 retrieval_strategies="semantic,bread_only")
+        assert settings.default_strategies == ("semantic", "bread_only")
+        with TestClient(create_app(settings)) as second:
+            response = second.post("/v1/search", json=body)
+            assert response.status_code == 200, response.text
+            results = response.json()["results"]
+            assert [r["source_uri"] for r in results] == ["bread.md"] and results[0]["ranks"] == {"bread_only": 1}
+            schema = second.get("/openapi.json").json()["components"]["schemas"]["SearchRequest"]
+            assert "bread_only" in schema["properties"]["strategies"]["anyOf"][0]["items"]["enum"]
+    finally:
+        unregister_strategy("bread_only")
+    with pytest.raises(ConfigError, match="unknown strategy 'bread_only'"):
+        load_settings(retrieval_strategies="bread_only")

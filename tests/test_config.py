@@ -66,3 +66,10 @@ def test_hide_password() -> None:
     assert hide_password("postgresql://postgres:@/db?host=/tmp") == "postgresql://postgres:@/db?host=/tmp"
     assert hide_password("postgresql://u@h/d?sslmode=require&password=s3cret") == (
         "postgresql://u@h/d?sslmode=require&password=***")
+
+
+def test_production_refuses_the_embedded_database() -> None:
+    with pytest.raises(ConfigError, match="RAGSVC_DATABASE_URL"):
+        load_settings(environment="production")
+    settings = load_settings(environment="production", database_url="postgresql://u:p@db:5432/rag")
+    assert not settings.embedded_database
