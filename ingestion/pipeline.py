@@ -140,28 +140,28 @@ class Ingestor:
         self, paths: Sequence[Path], options: IngestOptions, progress: Callable[[Progress], None] | None = None
     ) -> IngestReport:
         sources = await asyncio.to_thread(walk, paths, options.include, options.exclude)
-        return await self._run(sources, options, progress, lambda report: self._iter_sources(sources, options,
-                                                                                            report))
+        return await self._run(len(sources), options, progress,
+                               lambda report: self._iter_sources(sources, options, report))
 
     async def ingest_documents(
         self, documents: Sequence[LoadedDocument], options: IngestOptions,
         progress: Callable[[Progress], None] | None = None,
     ) -> IngestReport:
         """Ingest already-loaded documents (API uploads); each counts as one file."""
-        return await self._run(documents, options, progress,
+        return await self._run(len(documents), options, progress,
                                lambda report: ((doc, i + 1) for i, doc in enumerate(documents)))
 
     # --- the three stages ------------------------------------------------------------------
 
-    async def _run(self, inputs: Sequence[Any], options: IngestOptions, progress: Callable[[Progress], None] | None,
+    async def _run(self, files: int, options: IngestOptions, progress: Callable[[Progress], None] | None,
                    docs: Callable[[IngestReport], Iterator[tuple[LoadedDocument, int]]]) -> IngestReport:
-        report = IngestReport(files=len(inputs))
+        report = IngestReport(files=files)
         started = time.perf_counter()
         seen: set[str] = set()
         to_embed: asyncio.Queue[_Batch | None] = asyncio.Queue(maxsize=2)
         to_write: asyncio.Queue[_Batch | None] = asyncio.Queue(maxsize=2)
         if progress:
-            progress(Progress(len(inputs), 0, 0, 0, 0, 0.0))
+            progress(Progress(files, 0, 0, 0, 0, 0.0))
 
         async def prepare() -> None:
             try:
@@ -185,7 +185,7 @@ class Ingestor:
                 await self._write(batch, report)
                 documents_done += len(batch.items)
                 if progress:
-                    progress(Progress(len(inputs), batch.files_done, documents_done + report.unchanged,
+                    progress(Progress(files, batch.files_done, documents_done + report.unchanged,
                                       report.chunks_embedded, report.chunks_reused, time.perf_counter() - started))
 
         tasks = [asyncio.create_task(stage()) for stage in (prepare, embed, write)]
@@ -205,7 +205,7 @@ class Ingestor:
                 report.deleted = len(deleted)
         report.seconds = time.perf_counter() - started
         if progress:
-            progress(Progress(len(inputs), len(inputs), len(seen), report.chunks_embedded, report.chunks_reused,
+            progress(Progress(files, files, len(seen), report.chunks_embedded, report.chunks_reused,
                               report.seconds))
         return report
 

@@ -88,11 +88,20 @@ class PayloadTooLargeError(RagServiceError):
 
 
 class StepFailedError(RagServiceError):
-    """A pipeline step failed with an unexpected error (a bug); the message names the step."""
+    """A pipeline step failed with an unexpected error (a bug, logged with its traceback where it
+    happened); the message names the step and nothing of the error's text."""
 
     status_code = 500
     exit_code = 1
     title = "pipeline step failed"
+
+
+class MissingCapabilityError(RagServiceError):
+    """The store behind this service cannot do what was asked (it lacks, e.g., pattern search)."""
+
+    status_code = 501
+    exit_code = 5
+    title = "not supported by this store"
 
 
 class StepTimeoutError(RagServiceError):

@@ -12,9 +12,8 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
-from sqlalchemy import text
+from pydantic import BaseModel
 
 from ingestion.chunking import Chunker, model_tokenizer
 from ingestion.jobs import JobDeps
@@ -24,6 +23,8 @@ from rag_service.config import Settings
 from rag_service.db import migrate
 from rag_service.db.engine import Database, resolve_database_url
 from rag_service.db.repos import DocumentCatalog, GuidelineRepository, JobRepository, QueryLog
+from rag_service.db.repos.server import ServerInfoRepository
+from rag_service.domain import StoreCounts
 from rag_service.errors import RagServiceError, SchemaMismatchError
 from rag_service.pipeline.generation.llm_generator import LLMGenerator
 from rag_service.pipeline.intent import IntentParser
@@ -35,6 +36,33 @@ from rag_service.providers.llm import OpenAICompatibleLLM, make_llm
 from rag_service.stores.pgvector import PgVectorStore
 
 log = logging.getLogger(__name__)
+
+
+class DatabaseStatus(BaseModel):
+    url: str
+    embedded: bool
+    server_version: str
+    pgvector_version: str | None
+    schema_revision: str | None
+    schema_head: str | None
+    text_search_config: str | None
+    pg_trgm: bool | None
+
+
+class EmbeddingStatus(BaseModel):
+    provider: str
+    model: str
+    dimension: int
+    stored_dimension: int | None
+
+
+class ServiceStatus(BaseModel):
+    """What `ragsvc status` shows."""
+
+    version: str
+    database: DatabaseStatus
+    embedding: EmbeddingStatus
+    counts: StoreCounts | None
 
 
 def database_url(settings: Settings) -> str:
@@ -152,8 +180,7 @@ class Runtime:
         return all(v == "ok" for v in checks.values()), checks
 
     async def check_schema(self) -> None:
-        async with self.db.connect() as conn:
-            current = await conn.run_sync(migrate.current_revision)
+        current = await ServerInfoRepository(self.db).schema_revision()
         head = migrate.head_revision()
         if current != head:
             raise SchemaMismatchError(
@@ -167,34 +194,24 @@ class Runtime:
                 f"{self.embedder.name} makes {self.embedder.dimension}-d ones"
             )
 
-    async def status(self) -> dict[str, Any]:
-        async with self.db.connect() as conn:
-            pgvector = (
-                await conn.execute(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
-            ).scalar_one_or_none()
-            server_version = (await conn.execute(text("SHOW server_version"))).scalar_one()
-            revision = await conn.run_sync(migrate.current_revision)
+    async def status(self) -> ServiceStatus:
+        server = await ServerInfoRepository(self.db).info()
+        revision = server.schema_revision
         counts = await self.catalog.counts() if revision else None
         schema = await self.store.schema() if revision else None
-        return {
-            "version": __version__,
-            "database": {
-                "url": self.db.display_url,
-                "embedded": self.settings.embedded_database,
-                "server_version": server_version,
-                "pgvector_version": pgvector,
-                "schema_revision": revision,
-                "schema_head": migrate.head_revision(),
-                "text_search_config": schema.text_search_config if schema else None,
-                "pg_trgm": schema.has_trgm if schema else None,
-            },
-            "embedding": {
-                "provider": self.settings.embedding_provider,
-                "model": self.embedder.name,
-                "dimension": self.embedder.dimension,
-                "stored_dimension": schema.embedding_dimension if schema else None,
-            },
-            "counts": counts.model_dump() if counts else None,
-        }
-
-
+        return ServiceStatus(
+            version=__version__,
+            database=DatabaseStatus(
+                url=self.db.display_url, embedded=self.settings.embedded_database,
+                server_version=server.server_version, pgvector_version=server.pgvector_version,
+                schema_revision=revision, schema_head=migrate.head_revision(),
+                text_search_config=schema.text_search_config if schema else None,
+                pg_trgm=schema.has_trgm if schema else None,
+            ),
+            embedding=EmbeddingStatus(
+                provider=self.settings.embedding_provider, model=self.embedder.name,
+                dimension=self.embedder.dimension,
+                stored_dimension=schema.embedding_dimension if schema else None,
+            ),
+            counts=counts,
+        )

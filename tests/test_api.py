@@ -52,3 +52,16 @@ def test_errors_are_problem_bodies(migrated_url: str) -> None:
         assert response.headers["content-type"] == "application/problem+json"
         assert response.json() == {"title": "not found", "status": 404, "detail": "Not Found"}
         assert client.post("/healthz").json()["status"] == 405
+
+
+def test_problem_bodies_name_the_failed_step_and_hide_bugs() -> None:
+    from rag_service.api.problems import problem_body
+    from rag_service.errors import DatabaseUnavailableError
+
+    error = DatabaseUnavailableError("cannot reach PostgreSQL")
+    error.step = "retrieve-2"
+    assert problem_body(error) == {"title": "database unavailable", "status": 503,
+                                   "detail": "cannot reach PostgreSQL", "step": "retrieve-2"}
+    assert "step" not in problem_body(DatabaseUnavailableError("down"))
+    hidden = problem_body(KeyError("secret"))
+    assert hidden["status"] == 500 and "secret" not in hidden["detail"]

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ingestion.jobs import enqueue, options_to_params
 from ingestion.pipeline import IngestOptions
@@ -29,7 +29,10 @@ class JobAccepted(BaseModel):
 
 # The public schemas are the domain's, under the API's names (no field is copied by hand).
 class JobPublic(JobView):
-    """An ingestion job: what was asked, progress, and the outcome."""
+    """An ingestion job: its progress and outcome. Its parameters stay private (a queued job's
+    holds paths on the server)."""
+
+    params: dict[str, Any] = Field(default_factory=dict, exclude=True)
 
 
 class JobsPublic(BaseModel):

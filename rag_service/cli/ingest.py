@@ -104,7 +104,8 @@ def jobs_show(job_id: Annotated[str, typer.Argument(help="Job id printed by `ing
         raise InvalidInputError(f"{job_id!r} is not a job id (a UUID)") from None
 
     async def fetch(runtime: Runtime) -> dict[str, Any]:
-        return (await runtime.jobs.get(parsed)).model_dump(mode="json")
+        # Dates as str() shows them ("2026-11-22 10:00:00+00:00"), as this command always has.
+        return json.loads(json.dumps((await runtime.jobs.get(parsed)).model_dump(), default=str))
 
     job = run_with_runtime(fetch)
     if as_json:

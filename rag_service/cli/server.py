@@ -68,7 +68,7 @@ def status(as_json: JsonFlag = False) -> None:
     from rag_service.runtime import Runtime
 
     async def collect(runtime: Runtime) -> dict[str, Any]:
-        return await runtime.status()
+        return (await runtime.status()).model_dump()
 
     info = run_with_runtime(collect)
     if as_json:

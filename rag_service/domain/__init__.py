@@ -29,6 +29,7 @@ from rag_service.domain.query import (
     RetrievalSummary,
     SearchFilters,
     StepRecord,
+    StepStatus,
 )
 from rag_service.domain.retrieval import (
     MAX_QUERY_CHARS,
@@ -58,7 +59,7 @@ __all__ = [
     "Intent", "Iteration", "JobStatus", "JobView", "JsonScalar", "MetadataRange", "MetricName", "MetricScore",
     "QueryLogEntry", "QueryRequest", "QueryResult", "QueryType", "RerankReport", "ResolvedRoute", "RetrievalRequest",
     "RetrievalResult", "RetrievalSummary", "RouteDecision", "RouteSpec", "SearchFilter", "SearchFilters",
-    "SearchHit", "SearchRequest", "SearchResponse", "SearchResultPublic", "StepRecord", "StoreCounts",
+    "SearchHit", "SearchRequest", "SearchResponse", "SearchResultPublic", "StepRecord", "StepStatus", "StoreCounts",
     "StoredChunk", "StrategyName", "StrategyReport", "TimeRangeModel", "Turn", "Upload", "check_strategy_names",
     "strategy_names",
 ]

@@ -52,5 +52,5 @@ class Intent(BaseModel):
     resolved_references: dict[str, str] = Field(default_factory=dict)
     confidence: float = Field(ge=0, le=1, description="How sure the rules are of the query type.")
     parsed_by: Literal["rules", "rules+llm"] = "rules"
-    subject: str | None = Field(default=None, description="What the question is about, for a follow-up's "
-                                                         "\"it\" to refer to.")
+    # What a follow-up's "it" refers to; kept with the conversation's turns, not in the output.
+    subject: str | None = Field(default=None, exclude=True)

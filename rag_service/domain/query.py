@@ -16,6 +16,7 @@ from rag_service.domain.routing import RouteDecision
 
 MAX_QUESTION_CHARS = 2000
 Outcome = Literal["answered", "clarification", "declined"]
+StepStatus = Literal["ok", "failed", "fallback", "skipped"]
 
 
 class SearchFilters(BaseModel):
@@ -54,7 +55,7 @@ class QueryRequest(BaseModel):
 class StepRecord(BaseModel):
     id: str
     kind: str
-    status: Literal["ok", "failed", "fallback", "skipped"]
+    status: StepStatus
     elapsed_ms: float
     attempts: int = 1
     detail: str | None = None

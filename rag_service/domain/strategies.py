@@ -15,13 +15,13 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
 
-BUILTIN_STRATEGIES = ("semantic", "keyword", "metadata", "pattern")
 _NAMES: dict[str, str] = {
     "semantic": "cosine nearest neighbours of the question's embedding",
     "keyword": "Okapi BM25 over the question's terms",
     "metadata": "chunks selected by the structured filters alone",
     "pattern": "identifiers and quoted phrases matched exactly",
 }
+BUILTIN_STRATEGIES = tuple(_NAMES)
 _NAME_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from rag_service.domain import StepRecord
+from rag_service.domain import StepRecord, StepStatus
 from rag_service.errors import (
     DatabaseTimeoutError,
     DatabaseUnavailableError,
@@ -36,7 +36,8 @@ TRANSIENT: tuple[type[BaseException], ...] = (DatabaseUnavailableError, Database
 
 @dataclass(frozen=True)
 class Fallback:
-    """What a step's fallback produced, and why the step fell back (shown to the caller)."""
+    """What a step's fallback produced, and why the step fell back (shown to the caller). A step's
+    ``run`` may return one too, when what it passes on is itself a fallback's result."""
 
     value: Any
     reason: str
@@ -50,8 +51,9 @@ class Step:
     depends_on: tuple[str, ...] = ()
     budget_s: float = 10.0
     retry: bool = False  # retry transient errors (TRANSIENT) with backoff
-    # Called with the error when ``run`` fails with one of ``fallback_on`` (after its retries) or
-    # runs out of budget; it has its own budget, ``fallback_budget_s`` (default: ``budget_s``).
+    # Called with the error when ``run`` fails with one of ``fallback_on`` (after its retries; a
+    # budget that runs out is a TimeoutError); it has its own budget, ``fallback_budget_s``
+    # (default: ``budget_s``).
     fallback: Callable[[BaseException], Awaitable[Fallback]] | None = None
     fallback_on: tuple[type[BaseException], ...] = (Exception,)
     fallback_budget_s: float | None = None
@@ -150,7 +152,7 @@ class Executor:
                     with attempt:
                         attempts += 1
                         value = await asyncio.wait_for(step.run(), step.budget_s)
-            except (*step.fallback_on, TimeoutError) as exc:
+            except step.fallback_on as exc:
                 if step.fallback is None:
                     raise
                 log.warning("step %s failed (%s); falling back", step.id, _describe(exc, budget))
@@ -168,10 +170,13 @@ class Executor:
             if error is exc:
                 raise
             raise error from exc
+        if isinstance(value, Fallback):
+            await self._end(step, started, attempts, "fallback", value.reason)
+            return value.value
         await self._end(step, started, attempts, "ok", None)
         return value
 
-    async def _end(self, step: Step, started: float, attempts: int, status: str, detail: str | None) -> None:
+    async def _end(self, step: Step, started: float, attempts: int, status: StepStatus, detail: str | None) -> None:
         elapsed = (time.perf_counter() - started) * 1000
         self.records.append(StepRecord(id=step.id, kind=step.kind, status=status, elapsed_ms=elapsed,
                                        attempts=max(attempts, 1), detail=detail))
@@ -187,13 +192,18 @@ def _describe(exc: BaseException, budget_s: float) -> str:
 
 def _named(exc: Exception, step: Step, detail: str) -> RagServiceError:
     """The error to raise for a failed step, naming it: a timeout becomes StepTimeoutError, a
-    service error keeps its class (and HTTP status), anything else is a StepFailedError."""
+    service error keeps its class (and HTTP status), anything else (a bug) is logged and becomes a
+    StepFailedError."""
     if isinstance(exc, TimeoutError):
         error: RagServiceError = StepTimeoutError(f"step {step.id} {detail}", stage=step.kind)
     elif isinstance(exc, RagServiceError):
         error = exc
     else:
-        error = StepFailedError(f"step {step.id} failed: {type(exc).__name__}: {exc}", stage=step.kind)
+        # A bug: the traceback goes to the log, the caller learns which step failed and no more
+        # (an exception's text may hold data or SQL).
+        log.error("step %s failed unexpectedly", step.id, exc_info=exc)
+        error = StepFailedError(f"step {step.id} failed unexpectedly ({type(exc).__name__}); it has been logged",
+                                stage=step.kind)
     if error.step is None:
         error.step = step.id
     return error

@@ -15,6 +15,7 @@ fakes as well as over HTTP.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -215,7 +216,7 @@ class QueryPipeline:
             await run.emit("token", {"text": text})
 
         async def generate() -> GeneratedAnswer:
-            context.extend(merge_contexts([r.candidates for r in retrievals()], top_k))
+            context[:] = merge_contexts([r.candidates for r in retrievals()], top_k)
             confidence = lowest(r.confidence for r in retrievals())
             await run.emit("retrieval", {"results": [
                 {"n": n, "chunk_id": str(c.hit.chunk_id), "source_uri": c.hit.source_uri, "title": c.hit.title,
@@ -228,7 +229,8 @@ class QueryPipeline:
                                             retrieval_confidence=confidence, on_token=on_token)
 
         async def answer_extractively(error: BaseException) -> Fallback:
-            reason = f"LLM generation failed ({error or 'timed out'}); answered extractively"
+            why = str(error) or ("timed out" if isinstance(error, TimeoutError) else type(error).__name__)
+            reason = f"LLM generation failed ({why}); answered extractively"
             if streamed:  # the caller saw part of the failed answer: tell it to discard that
                 await run.emit("token.reset", {"reason": reason})
             answer = await self._extractive.generate(intent.question, intent.sub_questions, context,
@@ -242,7 +244,7 @@ class QueryPipeline:
                           depends_on=retrieve_ids,
                           budget_s=budget * (1 - _FALLBACK_SHARE) if has_fallback else budget,
                           fallback=answer_extractively if has_fallback else None,
-                          fallback_on=(RagServiceError,), fallback_budget_s=budget * _FALLBACK_SHARE))
+                          fallback_on=(RagServiceError, TimeoutError), fallback_budget_s=budget * _FALLBACK_SHARE))
 
         async def finish(answer: GeneratedAnswer) -> GeneratedAnswer:
             # The result is complete here, so persistence (next) stores what the caller gets.
@@ -252,11 +254,14 @@ class QueryPipeline:
                 await run.emit("citation", citation.model_dump(mode="json"))
             return answer
 
-        async def verify() -> GeneratedAnswer:
+        async def verify() -> GeneratedAnswer | Fallback:
             answer: GeneratedAnswer = run.results["generate"]
             check = check_output(answer.answer, cited_numbers(answer.answer), len(context))
             if not check.ok:
                 raise OutputRejectedError(check.problems, check.unresolved_citations)
+            if answer.fallback_reason:
+                # What the caller gets is a fallback answer: this step says so too.
+                return Fallback(await finish(answer), answer.fallback_reason)
             return await finish(answer)
 
         async def repair(error: BaseException) -> Fallback:
@@ -275,8 +280,7 @@ class QueryPipeline:
 
         steps.append(Step("verify", "verify", verify, depends_on=("generate",), fallback=repair,
                           fallback_on=(OutputRejectedError,)))
-        steps.append(Step(persist.id, persist.kind, persist.run, depends_on=("verify",), budget_s=persist.budget_s,
-                          soft=True))
+        steps.append(dataclasses.replace(persist, depends_on=("verify",)))
         return Plan(tuple(steps))
 
 

@@ -25,7 +25,7 @@ from rag_service.domain import (
     SearchHit,
     Turn,
 )
-from rag_service.errors import DatabaseUnavailableError, NotFoundError, ProviderError
+from rag_service.errors import DatabaseUnavailableError, NotFoundError, ProviderError, StepTimeoutError
 from rag_service.pipeline.collaborators import (
     AnswerGenerator,
     CollectionCatalog,
@@ -99,12 +99,13 @@ class FakeCollections:
 
 
 class ScriptedGenerator:
-    """An LLM stand-in: streams a token, then answers with ``answer`` or raises ``error``."""
+    """An LLM stand-in: streams a token, then (after ``delay_s``) answers with ``answer`` or raises
+    ``error``."""
 
     name = "llm"
 
-    def __init__(self, answer: str = "", error: Exception | None = None) -> None:
-        self.answer, self.error = answer, error
+    def __init__(self, answer: str = "", error: Exception | None = None, delay_s: float = 0.0) -> None:
+        self.answer, self.error, self.delay_s = answer, error, delay_s
 
     async def generate(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate], *,
                        tier: Complexity = "simple", injection_flagged: bool = False,
@@ -112,6 +113,7 @@ class ScriptedGenerator:
                        on_token: TokenSink | None = None) -> GeneratedAnswer:
         if on_token is not None:
             await on_token("Partial ")
+        await asyncio.sleep(self.delay_s)
         if self.error is not None:
             raise self.error
         return GeneratedAnswer(answer=self.answer, citations=[], confidence=0.9, generator="llm", model="fake",
@@ -130,10 +132,10 @@ class Events:
 
 
 def pipeline(retriever: FakeRetriever | None = None, log: FakeLog | None = None,
-             generator: AnswerGenerator | None = None) -> QueryPipeline:
+             generator: AnswerGenerator | None = None, **config: Any) -> QueryPipeline:
     return QueryPipeline(retriever=retriever or FakeRetriever(), collections=FakeCollections(),
                          guidelines=FakeGuidelines(), query_log=log or FakeLog(), generator=generator,
-                         config=PipelineConfig(retries=2))
+                         config=PipelineConfig(**{"retries": 2, **config}))
 
 
 def ask(question: str, **fields: Any) -> QueryRequest:
@@ -181,14 +183,14 @@ async def test_an_unknown_collection_is_not_found_before_any_retrieval() -> None
 
 
 async def test_question_parts_are_retrieved_concurrently() -> None:
-    retriever = FakeRetriever(delay_s=0.3)
+    retriever = FakeRetriever(delay_s=0.5)
     started = time.perf_counter()
     result = await pipeline(retriever).run(
         ask("How long should dough be kneaded? How does IVFFlat partition vectors?"), now=NOW)
     elapsed = time.perf_counter() - started
     assert result.route.guideline == "multi-part"
     assert sorted(s.id for s in result.steps if s.kind == "retrieve") == ["retrieve-1", "retrieve-2"]
-    assert elapsed < 0.55, "two 300 ms retrievals must overlap"
+    assert elapsed < 0.9, "two 500 ms retrievals must overlap (in series: 1 s)"
     assert {"dough.md", "ivfflat.md"} <= {c.source_uri for c in result.citations}
     assert all(r.top_k == 4 for r in retriever.requests)  # the route's top_k shared between the parts
 
@@ -209,6 +211,8 @@ async def test_an_llm_failure_falls_back_to_an_extractive_answer() -> None:
     assert result.generator == "extractive" and "model overloaded" in result.fallback_reason
     generate = next(s for s in result.steps if s.kind == "generate")
     assert generate.status == "fallback" and "LLM generation failed" in generate.detail
+    # The verified answer is the fallback's too, and its step says so.
+    assert next(s for s in result.steps if s.kind == "verify").status == "fallback"
     kinds = events.kinds()
     # The caller saw "Partial " from the failed answer: it is told to discard it before the new text.
     assert kinds.index("token") < kinds.index("token.reset") < len(kinds) - kinds[::-1].index("token")
@@ -236,3 +240,19 @@ async def test_a_database_outage_in_retrieval_is_retried_then_reported_with_the_
         await pipeline(retriever).run(ask("What is IVFFlat?"), now=NOW)
     assert caught.value.step == "retrieve-1" and caught.value.status_code == 503
     assert len(retriever.requests) == 2  # PipelineConfig(retries=2)
+
+
+async def test_an_llm_that_outlives_its_share_of_the_budget_falls_back_in_time() -> None:
+    started = time.perf_counter()
+    result = await pipeline(generator=ScriptedGenerator(answer="late [1]", delay_s=5.0),
+                            generate_budget_s=1.0).run(ask("How long should the dough rise?"), now=NOW)
+    assert time.perf_counter() - started < 2.5
+    assert result.generator == "extractive" and "timed out" in result.fallback_reason
+    generate = next(s for s in result.steps if s.kind == "generate")
+    assert generate.status == "fallback" and 0.75 < generate.elapsed_ms / 1000 < 1.5
+
+
+async def test_a_retrieval_that_runs_out_of_budget_is_a_timeout_naming_its_step() -> None:
+    with pytest.raises(StepTimeoutError) as caught:
+        await pipeline(FakeRetriever(delay_s=1.0), retrieve_budget_s=0.05).run(ask("What is IVFFlat?"), now=NOW)
+    assert caught.value.step == "retrieve-1" and caught.value.status_code == 504

@@ -38,6 +38,7 @@ class MemoryStore:
         granted = {"*", *flt.principals}
         visible = [c for c in self.chunks.values() if c.embedding is not None
                    and self.documents[c.document_id].collection == flt.collection
+                   and flt.lob in (None, self.documents[c.document_id].lob)
                    and (not self.documents[c.document_id].acl or granted & set(self.documents[c.document_id].acl))]
         scored = sorted(visible, key=lambda c: -float(np.dot(c.embedding, embedding)))[:top_k]
         return [self._hit(c, float(np.dot(c.embedding, embedding))) for c in scored]
@@ -63,7 +64,7 @@ async def test_strategies_a_store_cannot_run_degrade_and_the_rest_answer(local_e
     assert not isinstance(store, KeywordSearch | MetadataSearch | PatternSearch)
     for doc in CORPUS:
         record = DocumentRecord(collection=doc.collection, source_uri=f"test://{doc.key}", content_hash=doc.key,
-                                acl=doc.acl, title=doc.key)
+                                acl=doc.acl, title=doc.key, lob=doc.lob)
         vectors = await local_embedder.embed(doc.texts)
         await store.replace_documents([(record, [
             ChunkRecord(document_id=record.id, ordinal=i, text=t, start_char=0, end_char=len(t), token_count=1,
@@ -80,3 +81,8 @@ async def test_strategies_a_store_cannot_run_degrade_and_the_rest_answer(local_e
     assert result.rerank is not None and result.rerank.applied  # the local reranker needs only the core
     # Access control still holds on the core path: the restricted merger document stays hidden.
     assert all(c.hit.source_uri != "test://merger" for c in result.candidates)
+    # A structured filter asks for the metadata strategy, which this store cannot run either.
+    scoped = await retriever.retrieve(RetrievalRequest(query="bread", filter=SearchFilter(collection="kb", lob="food")))
+    assert {c.hit.source_uri for c in scoped.candidates} == {"test://bread"}
+    metadata = next(r for r in scoped.iterations[0].strategies if r.strategy == "metadata")
+    assert "has no MetadataSearch" in metadata.error

@@ -25,6 +25,7 @@ from tests.stores.corpus import (
     Doc,
     chunks_for,
     new_collection,
+    nul_document,
     parent_and_child,
     visible,
 )
@@ -100,10 +101,7 @@ class VectorStoreContract(CorpusFixtures):
 
     async def test_nul_characters_are_dropped_not_fatal(self, store: VectorStore, embed) -> None:
         collection = new_collection()
-        doc = DocumentRecord(collection=collection, source_uri="test://nul", content_hash="n", title="a\x00b",
-                             metadata={"k\x00": "v\x00", "list": ["x\x00"]})
-        chunk = ChunkRecord(document_id=doc.id, ordinal=0, text="nul\x00byte", start_char=0, end_char=8,
-                            token_count=2, content_hash="n", metadata={"m": "\x00"}, embedding=embed("nul byte"))
+        doc, chunk = nul_document(collection, embed)
         await store.replace_documents([(doc, [chunk])])
         hit, _ = (await store.chunks_by_id([chunk.id]))[chunk.id]
         assert hit.title == "ab" and hit.metadata == {"m": ""} and hit.text == "nulbyte"

@@ -103,6 +103,15 @@ def chunks_for(document: DocumentRecord, texts: Sequence[str],
                         token_count=len(t.split()), content_hash=t, embedding=embed(t)) for i, t in enumerate(texts)]
 
 
+def nul_document(collection: str, embed: Callable[[str], list[float]]) -> tuple[DocumentRecord, ChunkRecord]:
+    """A document with NUL characters in its title, metadata and text (PostgreSQL refuses them)."""
+    doc = DocumentRecord(collection=collection, source_uri="test://nul", content_hash="n", title="a\x00b",
+                         metadata={"k\x00": "v\x00", "list": ["x\x00"]})
+    chunk = ChunkRecord(document_id=doc.id, ordinal=0, text="nul\x00byte", start_char=0, end_char=8,
+                        token_count=2, content_hash="n", metadata={"m": "\x00"}, embedding=embed("nul byte"))
+    return doc, chunk
+
+
 def parent_and_child(collection: str, embed: Callable[[str], list[float]]
                      ) -> tuple[DocumentRecord, ChunkRecord, ChunkRecord]:
     """A document whose one searchable chunk has a parent chunk (stored without an embedding)."""

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rag_service.domain import ChunkRecord, DocumentRecord, SearchFilter
+from rag_service.domain import DocumentRecord, SearchFilter
 from rag_service.errors import InvalidInputError
 from rag_service.stores.base import PatternSearch, VectorStore
 from tests.stores.corpus import (
@@ -20,6 +20,7 @@ from tests.stores.corpus import (
     CorpusFixtures,
     chunks_for,
     new_collection,
+    nul_document,
     parent_and_child,
     visible,
 )
@@ -111,10 +112,7 @@ class PatternSearchContract(CorpusFixtures):
 
     async def test_nul_characters_are_dropped_before_pattern_search(self, store: PatternStore, embed) -> None:
         collection = new_collection()
-        doc = DocumentRecord(collection=collection, source_uri="test://nul", content_hash="n", title="a\x00b",
-                             metadata={"k\x00": "v\x00", "list": ["x\x00"]})
-        chunk = ChunkRecord(document_id=doc.id, ordinal=0, text="nul\x00byte", start_char=0, end_char=8,
-                            token_count=2, content_hash="n", metadata={"m": "\x00"}, embedding=embed("nul byte"))
+        doc, chunk = nul_document(collection, embed)
         await store.replace_documents([(doc, [chunk])])
         [hit] = await store.pattern_search("nulbyte", SearchFilter(collection=collection), 5)
         assert hit.title == "ab" and hit.metadata == {"m": ""}

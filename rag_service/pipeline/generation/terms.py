@@ -34,7 +34,3 @@ def terms(text: str) -> list[str]:
     """Content terms (stop words dropped, stemmed), in order."""
     return [stem(w) for w in _WORD.findall(text) if w.lower() not in _STOP]
 
-
-def tokens(text: str) -> list[str]:
-    """SQuAD-style answer tokens: lowercase words, punctuation and articles dropped."""
-    return [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in ("a", "an", "the")]

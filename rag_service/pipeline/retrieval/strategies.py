@@ -20,19 +20,12 @@ import numpy as np
 from rag_service.config import Settings
 from rag_service.domain import SearchFilter, SearchHit
 from rag_service.domain.strategies import add_strategy_name, remove_strategy_name, strategy_names
-from rag_service.errors import InvalidInputError, RagServiceError
+from rag_service.errors import InvalidInputError, MissingCapabilityError, RagServiceError
 from rag_service.pipeline.retrieval.query_analysis import PatternSpec, extract_patterns
 from rag_service.stores.base import KeywordSearch, MetadataSearch, PatternSearch, VectorStore
 
 Capability = TypeVar("Capability")
 ChunkCounter = Callable[[str | None], Awaitable[int]]
-
-
-class MissingCapabilityError(RagServiceError):
-    """The store behind this service cannot run a strategy (it lacks, e.g., pattern search)."""
-
-    status_code = 501
-    title = "not supported by this store"
 
 
 def _capability(store: VectorStore, protocol: type[Capability], strategy: str) -> Capability:
@@ -88,7 +81,7 @@ class SemanticStrategy:
     async def search(self, query: StrategyQuery) -> list[SearchHit]:
         if query.embedding is None:
             raise ValueError("the semantic strategy needs the query embedding")
-        exact = bool(self._exact_below) and self._count_chunks is not None and (
+        exact = self._count_chunks is not None and self._exact_below > 0 and (
             await self._count_chunks(query.filter.collection) < self._exact_below
         )
         query.detail["exact"] = exact
@@ -142,11 +135,15 @@ class MetadataStrategy:
             return []
         store = _capability(self._store, MetadataSearch, self.name)
         query.detail["order"] = self._order
-        if self._order == "relevance" and isinstance(self._store, KeywordSearch):
-            hits = await self._store.keyword_search(query.text, query.filter, query.top_k, k1=self._k1, b=self._b)
-            if hits:
-                return hits
-            query.detail["order"] = "newest (no query term matched)"
+        if self._order == "relevance":
+            if not isinstance(self._store, KeywordSearch):
+                query.detail["order"] = "newest (the store has no keyword search)"
+            else:
+                hits = await self._store.keyword_search(query.text, query.filter, query.top_k, k1=self._k1,
+                                                        b=self._b)
+                if hits:
+                    return hits
+                query.detail["order"] = "newest (no query term matched)"
         order = "oldest" if self._order == "oldest" else "newest"
         return await store.metadata_search(query.filter, query.top_k, order=order)
 

@@ -1,0 +1,38 @@
+"""IR measures shared by the retrieval benchmarks: a ranking as ranx wants it, the quality
+metrics of a run (ranx), and latency percentiles."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+METRICS = ("ndcg@10", "recall@100", "mrr@10")
+NO_RESULT = "__no_result__"  # ranx needs an entry for every query; this id is never relevant
+
+
+def ranking(doc_ids: Iterable[str]) -> dict[str, float]:
+    """Documents in first-occurrence order with descending scores (chunks collapse to their document)."""
+    order = list(dict.fromkeys(doc_ids))
+    return {doc: float(len(order) - rank) for rank, doc in enumerate(order)} or {NO_RESULT: 0.0}
+
+
+def quality(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]],
+            metrics: Iterable[str] = METRICS) -> dict[str, float]:
+    from ranx import Qrels, Run, evaluate
+
+    scores = evaluate(Qrels({q: qrels[q] for q in run}), Run(run), list(metrics))
+    if isinstance(scores, float):  # one metric comes back as a bare number
+        scores = {next(iter(metrics)): scores}
+    return {name: round(float(value), 4) for name, value in scores.items()}
+
+
+def latency(ms: list[float]) -> dict[str, float | None]:
+    if not ms:
+        return {"p50_ms": None, "p95_ms": None, "mean_ms": None}
+    values = np.asarray(ms)
+    return {"p50_ms": round(float(np.percentile(values, 50)), 2), "p95_ms": round(float(np.percentile(values, 95)), 2),
+            "mean_ms": round(float(values.mean()), 2)}
+
+
+# --- the service, in process -----------------------------------------------------------------------------
