@@ -9,6 +9,7 @@ the error it raises (``error.step``), so the edges can say which step of the pla
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -107,12 +108,19 @@ async def no_events(kind: str, data: dict[str, Any]) -> None:
 
 @dataclass
 class Executor:
-    """Runs the steps of one request. ``records`` and ``results`` fill in as steps finish."""
+    """Runs the steps of one request. ``results`` fill in as steps finish; ``records`` list the
+    finished steps in the order they started (concurrent steps start in plan order), so the
+    record of a request does not depend on which of two parallel steps happened to end first."""
 
     emit: EventSink = no_events
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    records: list[StepRecord] = field(default_factory=list)
     results: dict[str, Any] = field(default_factory=dict)
+    _records: list[tuple[int, StepRecord]] = field(default_factory=list)
+    _started: int = 0
+
+    @property
+    def records(self) -> list[StepRecord]:
+        return [record for _, record in self._records]
 
     async def run(self, plan: Plan) -> dict[str, Any]:
         """Every step, each started as soon as its dependencies are done; the results by step id.
@@ -138,6 +146,8 @@ class Executor:
 
     async def run_step(self, step: Step) -> Any:
         """One step with its budget, retries and fallback, between a start and an end event."""
+        order = self._started
+        self._started += 1
         await self.emit("step.start", {"step": step.id, "kind": step.kind})
         started = time.perf_counter()
         attempts = 0
@@ -158,11 +168,11 @@ class Executor:
                 log.warning("step %s failed (%s); falling back", step.id, _describe(exc, budget))
                 budget = step.fallback_budget_s or step.budget_s
                 fallback = await asyncio.wait_for(step.fallback(exc), budget)
-                await self._end(step, started, attempts, "fallback", fallback.reason)
+                await self._end(step, order, started, attempts, "fallback", fallback.reason)
                 return fallback.value
         except Exception as exc:
             detail = _describe(exc, budget)
-            await self._end(step, started, attempts, "failed", detail)
+            await self._end(step, order, started, attempts, "failed", detail)
             if step.soft:
                 log.warning("step %s failed (the plan goes on): %s", step.id, detail)
                 return None
@@ -171,15 +181,17 @@ class Executor:
                 raise
             raise error from exc
         if isinstance(value, Fallback):
-            await self._end(step, started, attempts, "fallback", value.reason)
+            await self._end(step, order, started, attempts, "fallback", value.reason)
             return value.value
-        await self._end(step, started, attempts, "ok", None)
+        await self._end(step, order, started, attempts, "ok", None)
         return value
 
-    async def _end(self, step: Step, started: float, attempts: int, status: StepStatus, detail: str | None) -> None:
+    async def _end(self, step: Step, order: int, started: float, attempts: int, status: StepStatus,
+                   detail: str | None) -> None:
         elapsed = (time.perf_counter() - started) * 1000
-        self.records.append(StepRecord(id=step.id, kind=step.kind, status=status, elapsed_ms=elapsed,
-                                       attempts=max(attempts, 1), detail=detail))
+        record = StepRecord(id=step.id, kind=step.kind, status=status, elapsed_ms=elapsed, attempts=max(attempts, 1),
+                            detail=detail)
+        bisect.insort(self._records, (order, record), key=lambda entry: entry[0])
         await self.emit("step.end", {"step": step.id, "status": status, "elapsed_ms": round(elapsed, 2),
                                      **({"detail": detail} if detail else {})})
 

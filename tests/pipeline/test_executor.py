@@ -241,6 +241,13 @@ async def test_a_hard_failure_cancels_the_steps_still_running() -> None:
     assert cancelled.is_set()
 
 
+async def test_records_follow_the_plan_whichever_parallel_step_ends_first() -> None:
+    run = Executor()
+    await run.run(Plan((Step("retrieve-1", "retrieve", returning(1, 0.2)), Step("retrieve-2", "retrieve", returning(2)),
+                        Step("generate", "generate", returning(3), depends_on=("retrieve-1", "retrieve-2")))))
+    assert [r.id for r in run.records] == ["retrieve-1", "retrieve-2", "generate"]
+
+
 async def test_events_come_in_order_for_each_step() -> None:
     events = Events()
     plan = Plan((Step("first", "a", returning(1)), Step("second", "b", returning(2), depends_on=("first",))))
