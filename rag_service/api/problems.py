@@ -31,5 +31,4 @@ def problem(status: int, title: str, detail: object, **extra: object) -> JSONRes
 
 
 def problem_response(exc: BaseException) -> JSONResponse:
-    body = problem_body(exc)
-    return JSONResponse(body, status_code=body["status"], media_type="application/problem+json")
+    return problem(**problem_body(exc))

@@ -122,6 +122,10 @@ class Executor:
     def records(self) -> list[StepRecord]:
         return [record for _, record in self._records]
 
+    def timings_ms(self) -> dict[str, float]:
+        """Milliseconds per finished step, by step id."""
+        return {record.id: round(record.elapsed_ms, 2) for _, record in self._records}
+
     async def run(self, plan: Plan) -> dict[str, Any]:
         """Every step, each started as soon as its dependencies are done; the results by step id.
         The first hard failure cancels the steps still running and is raised."""

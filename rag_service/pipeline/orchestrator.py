@@ -144,8 +144,7 @@ class QueryPipeline:
                              guardrails=guard_record, steps=[], timings_ms={})
 
         async def persist() -> None:
-            timings = {r.id: round(r.elapsed_ms, 2) for r in run.records}
-            await self._log.record(log_entry(request, checked.masked, result, timings))
+            await self._log.record(log_entry(request, checked.masked, result, run.timings_ms()))
 
         persist_step = Step("persist", "persist", persist, budget_s=self.config.persist_budget_s, soft=True)
         if decision.route.action != "answer":
@@ -162,7 +161,7 @@ class QueryPipeline:
         await run.emit("plan", {"steps": plan.describe()})
         await run.run(plan)
         result.steps = run.records
-        result.timings_ms = {r.id: round(r.elapsed_ms, 2) for r in run.records}
+        result.timings_ms = run.timings_ms()
         result.timings_ms["total"] = round((time.perf_counter() - started) * 1000, 2)
         return result
 
