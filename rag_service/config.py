@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rag_service.domain.evaluation import METRICS
 from rag_service.domain.strategies import check_strategy_names, strategy_names
 from rag_service.errors import ConfigError
 
@@ -122,6 +123,33 @@ class Settings(BaseSettings):
         description="Depth of each strategy's list when answering (search uses retrieval_candidates).",
     )
 
+    # --- evaluation and review ------------------------------------------------------------
+    eval_weights: dict[str, float] = Field(
+        default_factory=lambda: {"faithfulness": 0.25, "relevance": 0.20, "correctness": 0.20, "coverage": 0.15,
+                                 "consistency": 0.10, "freshness": 0.05, "traceability": 0.05},
+        description="Weight of each metric in the overall score, as JSON.",
+    )
+    eval_freshness_half_life_days: float = Field(
+        default=365.0, gt=0, description="A cited document this old scores 0.5 on freshness.")
+    eval_llm_judge: bool = Field(default=True, description="With an LLM configured, also grade with the LLM judge.")
+    eval_ragas: bool = Field(default=True, description="With an LLM configured, also grade with ragas "
+                                                       "(needs the ragas extra).")
+    eval_judge_budget_s: float = Field(default=60.0, gt=0, description="Time for the LLM judge and ragas together.")
+    review_gate: Literal["deliver", "hold"] = Field(
+        default="deliver",
+        description="deliver: answers below the threshold are delivered and queued; hold: they wait for a reviewer.",
+    )
+    review_deliver_threshold: float = Field(default=0.80, ge=0, le=1, description="Overall at or above: no review.")
+    review_high_priority_below: float = Field(default=0.60, ge=0, le=1,
+                                              description="Overall below: queued with high priority.")
+    review_metric_thresholds: dict[str, float] = Field(
+        default_factory=lambda: {"faithfulness": 0.8, "relevance": 0.6, "correctness": 0.8, "coverage": 0.6,
+                                 "consistency": 0.6, "freshness": 0.25, "traceability": 0.6},
+        description="A metric below its threshold is named in the review reasons (and counts as flagged "
+                    "for judge-human agreement).",
+    )
+    review_lease_s: float = Field(default=900.0, gt=0, description="How long a claim holds an item.")
+
     # --- jobs ------------------------------------------------------------------------------------
     serve_worker: Literal["auto", "on", "off"] = Field(
         default="auto", description="Run an ingestion worker inside `ragsvc serve` (auto: with the embedded DB)."
@@ -183,6 +211,16 @@ class Settings(BaseSettings):
             raise ValueError("fusion weights must be >= 0")
         return value
 
+    @field_validator("eval_weights", "review_metric_thresholds")
+    @classmethod
+    def _check_metric_map(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(METRICS))
+        if unknown:
+            raise ValueError(f"unknown metrics {unknown}; known: {', '.join(METRICS)}")
+        if any(not 0 <= w <= 1 for w in value.values()):
+            raise ValueError("values must be between 0 and 1")
+        return value
+
     @model_validator(mode="after")
     def _check_providers(self) -> Settings:
         if self.environment == "production" and self.database_url is None:
@@ -202,6 +240,8 @@ class Settings(BaseSettings):
             raise ValueError(
                 "RAGSVC_CHUNK_SIZE must not exceed RAGSVC_EMBEDDING_MAX_SEQ_LENGTH: the model would cut chunks short"
             )
+        if self.review_high_priority_below > self.review_deliver_threshold:
+            raise ValueError("RAGSVC_REVIEW_HIGH_PRIORITY_BELOW must not exceed RAGSVC_REVIEW_DELIVER_THRESHOLD")
         if self.reranker == "cohere" and self.cohere_api_key is None:
             raise ValueError("RAGSVC_RERANKER=cohere needs RAGSVC_COHERE_API_KEY")
         if self.embedding_provider == "local" and self.embedding_dimension != 384:

@@ -3,6 +3,7 @@ and (next) the evaluator. Everything above imports them from here; this package 
 of the service but its own modules."""
 
 from rag_service.domain.answers import Citation, Claim, GeneratedAnswer
+from rag_service.domain.auth import GRANTS, ROLES, Caller, Role
 from rag_service.domain.documents import (
     COLLECTION_PATTERN,
     ChunkRecord,
@@ -16,7 +17,15 @@ from rag_service.domain.documents import (
     StoreCounts,
     StoredChunk,
 )
-from rag_service.domain.evaluation import METRICS, Evaluation, MetricName, MetricScore
+from rag_service.domain.evaluation import (
+    METRICS,
+    Evaluation,
+    EvaluationReport,
+    EvidenceContext,
+    MetricName,
+    MetricScore,
+    MetricValue,
+)
 from rag_service.domain.intent import Complexity, Entities, Intent, QueryType, TimeRangeModel, Turn
 from rag_service.domain.jobs import JobStatus, JobView, Upload
 from rag_service.domain.query import (
@@ -41,6 +50,17 @@ from rag_service.domain.retrieval import (
     RetrievalResult,
     StrategyReport,
 )
+from rag_service.domain.review import (
+    REVIEW_STATUSES,
+    DecisionKind,
+    GateMode,
+    GateVerdict,
+    ReviewCategory,
+    ReviewStatus,
+    ReviewTier,
+    ReviewTrigger,
+    ReviewTriggerSource,
+)
 from rag_service.domain.routing import (
     Condition,
     Guideline,
@@ -53,6 +73,9 @@ from rag_service.domain.search import SearchRequest, SearchResponse, SearchResul
 from rag_service.domain.strategies import StrategyName, check_strategy_names, strategy_names
 
 __all__ = [
+    "GRANTS", "REVIEW_STATUSES", "ROLES", "Caller", "DecisionKind", "EvaluationReport", "EvidenceContext",
+    "GateMode", "GateVerdict", "MetricValue", "ReviewCategory", "ReviewStatus", "ReviewTier", "ReviewTrigger",
+    "ReviewTriggerSource", "Role",
     "COLLECTION_PATTERN", "MAX_QUERY_CHARS", "MAX_QUESTION_CHARS", "MAX_TOP_K", "METRICS", "AnswerLogEntry",
     "Candidate", "ChunkRecord", "Citation", "Claim", "Clarification", "Complexity", "Condition", "DocumentRecord",
     "DocumentState", "DocumentSummary", "Entities", "Evaluation", "GeneratedAnswer", "Guideline", "GuidelineSet",

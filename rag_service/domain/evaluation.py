@@ -4,6 +4,7 @@ reason and the scorer that produced it, and a weighted overall score."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -50,3 +51,42 @@ class Evaluation(BaseModel):
 
     def get(self, metric: MetricName) -> MetricScore | None:
         return next((s for s in self.scores if s.metric == metric), None)
+
+
+class MetricValue(BaseModel):
+    """One metric as the API shows it (the metric is the key it is listed under)."""
+
+    value: float | None = Field(ge=0, le=1, description="None: the scorer could not judge this answer.")
+    reason: str
+    scorer: str
+
+
+class EvaluationReport(BaseModel):
+    """An answer's grades as every interface shows them (``/v1/query``'s ``evaluation``, the
+    ``evaluation`` SSE event, ``POST /v1/evaluate``, ``ragsvc ask``)."""
+
+    overall: float | None = Field(ge=0, le=1, description="Weighted mean of the metrics that could be judged.")
+    metrics: dict[MetricName, MetricValue] = Field(description="All seven metrics.")
+    needs_review: bool = Field(description="Below the delivery threshold: a reviewer will look at it.")
+    reasons: list[str] = Field(default_factory=list,
+                               description='Why it needs review, e.g. "faithfulness: 0.42 < 0.80".')
+
+    @classmethod
+    def of(cls, evaluation: Evaluation, needs_review: bool, reasons: Sequence[str]) -> EvaluationReport:
+        return cls(overall=evaluation.overall, needs_review=needs_review, reasons=list(reasons),
+                   metrics={s.metric: MetricValue(value=s.value, reason=s.reason, scorer=s.scorer)
+                            for s in evaluation.scores})
+
+    def evaluation(self) -> Evaluation:
+        return Evaluation(overall=self.overall, scores=tuple(
+            MetricScore(metric=m, value=v.value, reason=v.reason, scorer=v.scorer) for m, v in self.metrics.items()))
+
+
+class EvidenceContext(BaseModel):
+    """A passage an answer was built from, as the scorers see it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    effective_date: datetime | None = Field(default=None, description="The document's date (effective or updated).")
+    title: str | None = None

@@ -11,11 +11,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rag_service.domain.answers import Citation, Claim
 from rag_service.domain.documents import COLLECTION_PATTERN, JsonScalar, MetadataRange
+from rag_service.domain.evaluation import EvaluationReport
 from rag_service.domain.intent import Intent
+from rag_service.domain.review import ReviewTrigger
 from rag_service.domain.routing import RouteDecision
 
 MAX_QUESTION_CHARS = 2000
-Outcome = Literal["answered", "clarification", "declined"]
+Outcome = Literal["answered", "clarification", "declined", "pending_review"]
 StepStatus = Literal["ok", "failed", "fallback", "skipped"]
 
 
@@ -96,6 +98,8 @@ class QueryResult(BaseModel):
     prompt: dict[str, Any] | None = None
     fallback_reason: str | None = None
     guardrails: dict[str, Any]
+    evaluation: EvaluationReport | None = Field(default=None, description="The answer's seven-metric grades.")
+    review_id: uuid.UUID | None = Field(default=None, description="The review item, when the answer was queued.")
     steps: list[StepRecord]
     timings_ms: dict[str, float]
 
@@ -112,6 +116,8 @@ class AnswerLogEntry(BaseModel):
     prompt_name: str | None
     prompt_version: int | None
     timings: dict[str, float]
+    context: list[dict[str, Any]] = Field(default_factory=list, description="[{n, chunk_id, score}] read.")
+    held: bool = False
 
 
 class QueryLogEntry(BaseModel):
@@ -129,3 +135,8 @@ class QueryLogEntry(BaseModel):
     outcome: Outcome
     answer: AnswerLogEntry | None
     subject: str | None
+    question_hash: str | None = None
+    evaluation: EvaluationReport | None = None
+    review: ReviewTrigger | None = None
+    review_id: uuid.UUID | None = None
+    api_key_id: uuid.UUID | None = None

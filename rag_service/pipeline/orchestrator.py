@@ -45,7 +45,6 @@ from rag_service.pipeline.collaborators import (
     Retrieves,
 )
 from rag_service.pipeline.executor import EventSink, Executor, Fallback, Plan, RetryPolicy, Step, no_events
-from rag_service.pipeline.generation.citations import cited_numbers, drop_citations, verify_claims
 from rag_service.pipeline.generation.extractive import ExtractiveGenerator
 from rag_service.pipeline.guardrails import InputCheck, check_input, check_output
 from rag_service.pipeline.intent import IntentParser
@@ -61,6 +60,7 @@ from rag_service.pipeline.results import (
 from rag_service.pipeline.retrieval.search import to_retrieval_request
 from rag_service.pipeline.router import route
 from rag_service.providers.llm import LLM
+from rag_service.text.citations import cited_numbers, drop_citations, verify_claims
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ import pytest
 from rag_service.config import load_settings
 from rag_service.domain import Candidate, SearchHit
 from rag_service.errors import ProviderError
-from rag_service.pipeline.generation.citations import cited_numbers, support, verify_claims
+from rag_service.text.citations import cited_numbers, support, verify_claims
 from rag_service.pipeline.generation.extractive import ExtractiveGenerator
 from rag_service.pipeline.generation.llm_generator import AnswerFieldStreamer, LLMGenerator
-from rag_service.pipeline.generation.sentences import split_sentences
+from rag_service.text.sentences import split_sentences
 from rag_service.providers.llm import make_llm
 from tests.fake_openai import Reply, fake_openai
 
@@ -187,7 +187,7 @@ async def test_llm_refines_an_unsure_intent() -> None:
 
 
 def test_dropping_citations_handles_grouped_markers() -> None:
-    from rag_service.pipeline.generation.citations import drop_citations
+    from rag_service.text.citations import drop_citations
 
     assert drop_citations("A [1, 7]. B [7]. C [2][7].", {7}) == "A [1]. B. C [2]."
 

@@ -33,7 +33,7 @@ from rag_service.pipeline.collaborators import (
     QueryHistory,
     Retrieves,
 )
-from rag_service.pipeline.generation.citations import verify_claims
+from rag_service.text.citations import verify_claims
 from rag_service.pipeline.generation.tokens import TokenSink
 from rag_service.pipeline.orchestrator import PipelineConfig, QueryPipeline
 from rag_service.pipeline.router import default_guidelines

@@ -7,10 +7,12 @@ from collections.abc import Sequence
 
 from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import bindparam
 
 from rag_service.db.engine import Database
-from rag_service.domain import QueryLogEntry, Turn
+from rag_service.db.repos.reviews import enqueue
+from rag_service.domain import EvaluationReport, QueryLogEntry, Turn
 
 
 class QueryLog:
@@ -48,18 +50,30 @@ class QueryLog:
                     conversation_id = None  # someone else's conversation: log the query alone
             await conn.execute(text(
                 "INSERT INTO queries (id, conversation_id, collection, question, resolved_question, intent, route, "
-                "guardrails, outcome) VALUES (:id, :cid, :collection, :question, :resolved, :intent, :route, "
-                ":guardrails, :outcome)").bindparams(*json_params),
+                "guardrails, outcome, question_hash, principals, api_key_id) VALUES (:id, :cid, :collection, "
+                ":question, :resolved, :intent, :route, :guardrails, :outcome, :question_hash, "
+                "CAST(:principals AS text[]), :api_key_id)").bindparams(*json_params),
                 {"id": entry.query_id, "cid": conversation_id, "collection": entry.collection,
                  "question": entry.question, "resolved": entry.resolved_question, "intent": entry.intent,
-                 "route": entry.route, "guardrails": entry.guardrails, "outcome": entry.outcome})
+                 "route": entry.route, "guardrails": entry.guardrails, "outcome": entry.outcome,
+                 "question_hash": entry.question_hash, "principals": sorted(set(entry.principals)),
+                 "api_key_id": entry.api_key_id})
             if entry.answer is not None:
                 await conn.execute(text(
                     "INSERT INTO answers (id, query_id, text, short_answer, citations, confidence, generator, model, "
-                    "prompt_name, prompt_version, timings_ms) VALUES (:id, :qid, :text, :short, :citations, "
-                    ":confidence, :generator, :model, :prompt_name, :prompt_version, :timings)").bindparams(
-                        bindparam("citations", type_=JSONB), bindparam("timings", type_=JSONB)),
+                    "prompt_name, prompt_version, timings_ms, context, held) VALUES (:id, :qid, :text, :short, "
+                    ":citations, :confidence, :generator, :model, :prompt_name, :prompt_version, :timings, "
+                    ":context, :held)").bindparams(
+                        bindparam("citations", type_=JSONB), bindparam("timings", type_=JSONB),
+                        bindparam("context", type_=JSONB)),
                     {"id": uuid.uuid4(), "qid": entry.query_id, **entry.answer.model_dump()})
+            if entry.evaluation is not None:
+                await save_scores(conn, entry.query_id, "local-v1", entry.evaluation)
+            if entry.review is not None and entry.answer is not None:
+                await enqueue(conn, query_id=entry.query_id, collection=entry.collection,
+                              question_hash=entry.question_hash, trigger=entry.review,
+                              prompt_name=entry.answer.prompt_name, prompt_version=entry.answer.prompt_version,
+                              item_id=entry.review_id)
             if conversation_id is not None:
                 await conn.execute(text(
                     "INSERT INTO conversation_turns (conversation_id, query_id, question, subject, answer) "
@@ -67,3 +81,15 @@ class QueryLog:
                     {"cid": conversation_id, "qid": entry.query_id,
                      "question": entry.resolved_question or entry.question, "subject": entry.subject,
                      "answer": entry.answer.text if entry.answer else None})
+
+
+async def save_scores(conn: AsyncConnection, query_id: uuid.UUID, scorer: str, report: EvaluationReport) -> None:
+    """One row per answer and scorer; a later grading by the same scorer replaces it."""
+    await conn.execute(text(
+        "INSERT INTO answer_scores (query_id, scorer, metrics, overall, needs_review, reasons) "
+        "VALUES (:qid, :scorer, :metrics, :overall, :needs_review, CAST(:reasons AS text[])) "
+        "ON CONFLICT (query_id, scorer) DO UPDATE SET metrics = EXCLUDED.metrics, overall = EXCLUDED.overall, "
+        "needs_review = EXCLUDED.needs_review, reasons = EXCLUDED.reasons, created_at = now()").bindparams(
+            bindparam("metrics", type_=JSONB)),
+        {"qid": query_id, "scorer": scorer, "metrics": report.model_dump(mode="json")["metrics"],
+         "overall": report.overall, "needs_review": report.needs_review, "reasons": report.reasons})

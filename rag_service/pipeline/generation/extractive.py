@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rag_service.domain import Candidate, Citation, Complexity, GeneratedAnswer
-from rag_service.pipeline.generation.citations import verify_claims
-from rag_service.pipeline.generation.sentences import Sentence, split_sentences
-from rag_service.pipeline.generation.terms import terms
 from rag_service.pipeline.generation.tokens import TokenSink
+from rag_service.text.citations import verify_claims
+from rag_service.text.sentences import Sentence, split_sentences
+from rag_service.text.terms import terms
 
 MAX_SENTENCES = 3
 _RANK_PRIOR = 0.15

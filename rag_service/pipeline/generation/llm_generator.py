@@ -12,11 +12,11 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from rag_service.domain import Candidate, Citation, GeneratedAnswer
 from rag_service.errors import ProviderError
-from rag_service.pipeline.generation.citations import best_span, cited_numbers, verify_claims
 from rag_service.pipeline.generation.extractive import short_answer
 from rag_service.pipeline.generation.tokens import TokenSink
 from rag_service.prompts.registry import PromptRegistry
 from rag_service.providers.llm import LLM, Tier
+from rag_service.text.citations import best_span, cited_numbers, verify_claims
 
 MAX_TRIES = 3
 PROMPT_NAME = "answer_cot"

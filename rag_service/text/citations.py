@@ -7,8 +7,8 @@ import re
 from collections.abc import Sequence
 
 from rag_service.domain import Claim
-from rag_service.pipeline.generation.sentences import split_sentences
-from rag_service.pipeline.generation.terms import terms
+from rag_service.text.sentences import split_sentences
+from rag_service.text.terms import terms
 
 _MARKER = re.compile(r"\[(\d{1,3})(?:\s*,\s*(\d{1,3}))*\]")
 _ALL_NUMBERS = re.compile(r"\d{1,3}")
