@@ -142,6 +142,8 @@ class SearchHit(BaseModel):
     end_char: int
     score: float
     metadata: dict[str, Any] = Field(default_factory=dict)
+    document_date: datetime | None = Field(default=None, description="The document's effective date, else when "
+                                                                     "it was last updated (for freshness).")
 
 
 class DocumentState(BaseModel):

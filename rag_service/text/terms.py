@@ -15,7 +15,7 @@ def _words(text: str) -> frozenset[str]:
 
 
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'-]*")
-_STOP = _words(
+STOP_WORDS = _words(
     "a an the of in on at to for from by with about as into over under between and or but not no nor is are was "
     "were be been being do does did have has had this that these those it its there their they them what which "
     "who whom whose when where why how can could should would will shall may might must i you we he she his her "
@@ -32,5 +32,5 @@ def stem(word: str) -> str:
 
 def terms(text: str) -> list[str]:
     """Content terms (stop words dropped, stemmed), in order."""
-    return [stem(w) for w in _WORD.findall(text) if w.lower() not in _STOP]
+    return [stem(w) for w in _WORD.findall(text) if w.lower() not in STOP_WORDS]
 

@@ -32,7 +32,7 @@ def base_select(score: ColumnElement[Any]) -> Select[Any]:
         select(
             Chunk.id, Chunk.document_id, Chunk.parent_id, Chunk.ordinal, Document.source_uri, Document.title,
             Chunk.text, Chunk.start_char, Chunk.end_char, Chunk.metadata_.label("chunk_metadata"),
-            score.label("score"),
+            Document.effective_date, Document.updated_at, score.label("score"),
         )
         .select_from(Chunk)
         .join(Document, Document.id == Chunk.document_id)
@@ -46,6 +46,7 @@ def to_hits(rows: Sequence[Any]) -> list[SearchHit]:
             chunk_id=r.id, document_id=r.document_id, parent_id=r.parent_id, ordinal=r.ordinal,
             source_uri=r.source_uri, title=r.title, text=r.text, start_char=r.start_char,
             end_char=r.end_char, score=float(r.score), metadata=r.chunk_metadata or {},
+            document_date=r.effective_date or r.updated_at,
         )
         for r in rows
     ]

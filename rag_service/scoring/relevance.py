@@ -1,0 +1,77 @@
+"""Relevance: does the answer address the question, and each of its sub-questions?
+
+Per question part, three signals: how many of the part's content terms the answer takes up, whether
+the answer holds the kind of fact the question asks for (a number for "how many", a date for
+"when", a name for "who"/"where") beyond those the question itself states, and, when the caller
+computed it, the embedder's cosine between question and answer. The value is the mean over parts.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rag_service.domain import MetricScore
+from rag_service.scoring.evidence import LOCAL_SCORER, ScoringInput, content_terms
+from rag_service.text.citations import strip_markers
+from rag_service.text.facts import facts
+
+_KINDS = (
+    (re.compile(r"\b(how (many|much|long|old|far|big|large|tall|high|often)|what (percentage|number|amount))\b", re.I),
+     "number"),
+    (re.compile(r"\b(when|what (year|date|day|month|time|century|decade)|which (year|date|day|month|century))\b",
+                re.I), "date"),
+    (re.compile(r"\b(who|whom|whose|where|which (city|country|person|team|company|state))\b", re.I), "name"),
+)
+# A good answer restates about half of a question's content terms; taking up more adds little.
+TERMS_SATURATE = 0.5
+WEIGHTS = {"terms": 0.5, "kind": 0.25, "similarity": 0.25}
+
+
+def expected_kind(question: str) -> str | None:
+    """The kind of fact the question asks for, when its wording says (English question words)."""
+    for pattern, kind in _KINDS:
+        if pattern.search(question):
+            return kind
+    return None
+
+
+def _has_new_fact(kind: str, answer: str, question: str) -> bool:
+    asked, said = facts(question), facts(answer)
+    if kind == "date":
+        new = (said.dates - asked.dates) | {n for n in said.numbers - asked.numbers if len(n) == 4}
+        return bool(new or (said.numbers - asked.numbers and said.dates))
+    return bool(said.of_kind(kind) - asked.of_kind(kind))
+
+
+def part_relevance(inp: ScoringInput, part: str, answer: str | None = None) -> tuple[float, dict[str, float]]:
+    """(value, the signals) for one question part against the answer (or a piece of it)."""
+    answer = strip_markers(inp.answer if answer is None else answer)
+    asked = content_terms(part)
+    said = content_terms(answer)
+    signals: dict[str, float] = {}
+    if asked:
+        signals["terms"] = min(1.0, len(asked & said) / len(asked) / TERMS_SATURATE)
+    kind = expected_kind(part)
+    if kind is not None:
+        signals["kind"] = 1.0 if _has_new_fact(kind, answer, part) else 0.0
+    if inp.similarity is not None:
+        signals["similarity"] = max(0.0, min(1.0, inp.similarity))
+    if not signals:
+        return 0.0, signals
+    total = sum(WEIGHTS[k] for k in signals)
+    return sum(WEIGHTS[k] * v for k, v in signals.items()) / total, signals
+
+
+def score(inp: ScoringInput) -> MetricScore:
+    if not content_terms(strip_markers(inp.answer)):
+        return MetricScore(metric="relevance", value=None, reason="the answer has no content to judge.",
+                           scorer=LOCAL_SCORER)
+    judged = [(part, *part_relevance(inp, part)) for part in inp.parts]
+    value = sum(v for _, v, _ in judged) / len(judged)
+    weakest, low, signals = min(judged, key=lambda j: j[1])
+    shown = ", ".join(f"{k} {v:.2f}" for k, v in signals.items())
+    if len(judged) == 1:
+        reason = f"the answer addresses the question ({shown})"
+    else:
+        reason = f"mean over {len(judged)} question parts; weakest \"{weakest[:60]}\" ({shown})"
+    return MetricScore(metric="relevance", value=round(value, 4), reason=reason + ".", scorer=LOCAL_SCORER)
