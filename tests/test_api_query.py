@@ -76,8 +76,14 @@ def test_a_question_gets_a_cited_answer(client: TestClient) -> None:
     assert result["intent"]["query_type"] == "factual" and result["route"]["guideline"] is None
     assert result["retrieval"]["results"] > 0 and result["retrieval"]["reranked"]
     kinds = [s["kind"] for s in result["steps"]]
-    assert kinds == ["guardrails", "intent", "route", "retrieve", "generate", "verify", "persist"]
+    assert kinds == ["guardrails", "intent", "route", "retrieve", "generate", "verify", "evaluate", "persist"]
     assert all(s["status"] == "ok" for s in result["steps"]) and result["timings_ms"]["total"] > 0
+    grades = result["evaluation"]
+    assert set(grades["metrics"]) == {"faithfulness", "relevance", "correctness", "coverage", "consistency",
+                                      "freshness", "traceability"}
+    assert grades["metrics"]["faithfulness"]["scorer"] == "local-v1" and grades["metrics"]["faithfulness"]["reason"]
+    assert grades["overall"] is not None and 0 <= grades["overall"] <= 1
+    assert result["timings_ms"]["evaluate"] >= 0
 
 
 def test_short_answers_and_exact_lookups(client: TestClient) -> None:
@@ -216,11 +222,11 @@ def test_sse_events_arrive_in_order(client: TestClient) -> None:
     events = _events(client, {"question": "How long should the dough rise?"})
     kinds = [k for k, _ in events]
     assert kinds[0] == "step.start" and kinds[-1] == "done"
-    order = [kinds.index(k) for k in ("intent", "route", "plan", "retrieval", "token", "citation", "done")]
+    order = [kinds.index(k) for k in ("intent", "route", "plan", "retrieval", "token", "citation", "evaluation", "done")]
     assert order == sorted(order), kinds
     starts = [d["step"] for k, d in events if k == "step.start"]
     ends = [d["step"] for k, d in events if k == "step.end"]
-    assert starts == ["guardrails", "intent", "route", "retrieve-1", "generate", "verify", "persist"]
+    assert starts == ["guardrails", "intent", "route", "retrieve-1", "generate", "verify", "evaluate", "persist"]
     assert sorted(ends) == sorted(starts)
     for step in starts:  # every step ends after it starts
         start = next(i for i, (k, d) in enumerate(events) if k == "step.start" and d["step"] == step)
@@ -229,7 +235,9 @@ def test_sse_events_arrive_in_order(client: TestClient) -> None:
     done = events[-1][1]
     assert done["outcome"] == "answered" and done["citations"][0]["source_uri"] == "bread.md"
     plan = next(d for k, d in events if k == "plan")
-    assert [s["id"] for s in plan["steps"]] == ["retrieve-1", "generate", "verify", "persist"]
+    assert [s["id"] for s in plan["steps"]] == ["retrieve-1", "generate", "verify", "evaluate", "persist"]
+    evaluation = next(d for k, d in events if k == "evaluation")
+    assert evaluation == done["evaluation"] and set(evaluation) == {"overall", "metrics", "needs_review", "reasons"}
     assert plan["steps"][1]["depends_on"] == ["retrieve-1"]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -10,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rag_service.cli.common import JsonFlag, app, emit_json, handle_errors, model_json, stderr, validated
-from rag_service.domain import QueryRequest, SearchFilters, SearchRequest
+from rag_service.domain import EvaluateRequest, QueryRequest, SearchFilters, SearchRequest
 
 
 @app.command()
@@ -94,7 +96,57 @@ def ask(
             if not c["verified"]:
                 line.append(" (not verified)", style="yellow")
             console.print(line)
+    if result.get("evaluation"):
+        print_evaluation(console, result["evaluation"])
+    if result.get("review_id"):
+        stderr.print(Text(f"queued for review: {result['review_id']}", style="yellow"))
     if result["outcome"] == "answered":
         extra = f"; {result['fallback_reason']}" if result.get("fallback_reason") else ""
         stderr.print(Text(f"{result['generator']} answer, confidence {result['confidence']:.2f}, "
                           f"{result['timings_ms']['total']:.0f} ms{extra}", style="dim"))
+
+
+def print_evaluation(console: Console, evaluation: dict) -> None:
+    """The seven grades as a small table, the overall score in its title."""
+    overall = "n/a" if evaluation["overall"] is None else f"{evaluation['overall']:.2f}"
+    verdict = "needs review" if evaluation["needs_review"] else "ok"
+    table = Table(title=f"Evaluation: overall {overall} ({verdict})", title_justify="left")
+    for column in ("metric", "value", "scorer", "reason"):
+        table.add_column(column, overflow="fold" if column == "reason" else "ellipsis")
+    for name, metric in evaluation["metrics"].items():
+        value = "n/a" if metric["value"] is None else f"{metric['value']:.2f}"
+        table.add_row(name, value, metric["scorer"], Text(metric["reason"]))
+    console.print(table)
+
+
+@app.command()
+@handle_errors
+def evaluate(
+    question: Annotated[str | None, typer.Option("--question", "-q", help="The question that was asked.")] = None,
+    answer: Annotated[str | None, typer.Option("--answer", "-a",
+                                               help="The answer to grade; [n] cites context n.")] = None,
+    context: Annotated[list[str] | None, typer.Option(
+        "--context", help="A passage the answer was built from (repeatable; [1] is the first).")] = None,
+    reference: Annotated[str | None, typer.Option(help="A reference answer, if there is one.")] = None,
+    file: Annotated[Path | None, typer.Option(
+        "--file", "-f", help='A JSON file with {"question", "answer", "contexts", "reference"} instead of options '
+                             '("-" reads standard input).')] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Grade an answer produced elsewhere on the seven metrics, with the scorers `ragsvc ask` uses
+    (the same as POST /v1/evaluate). Nothing is stored."""
+    from rag_service.pipeline.evaluation import evaluate_answer
+
+    if file is not None:
+        raw = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+        request = validated(lambda: EvaluateRequest.model_validate_json(raw))
+    elif question is None or answer is None:
+        raise typer.BadParameter("give --question and --answer (and --context), or --file")
+    else:
+        request = validated(lambda: EvaluateRequest(question=question, answer=answer, contexts=context or [],
+                                                    reference=reference))
+    result = model_json(lambda runtime: evaluate_answer(runtime.evaluator, runtime.intent_parser, request))
+    if as_json:
+        emit_json(result)
+        return
+    print_evaluation(Console(), result)

@@ -90,3 +90,33 @@ class EvidenceContext(BaseModel):
     text: str
     effective_date: datetime | None = Field(default=None, description="The document's date (effective or updated).")
     title: str | None = None
+
+
+MAX_EVAL_CONTEXTS = 50
+MAX_EVAL_TEXT_CHARS = 20_000
+
+
+class EvaluateRequest(BaseModel):
+    """An answer produced elsewhere, to grade with the same scorers (``POST /v1/evaluate``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(min_length=1, max_length=4000)
+    answer: str = Field(min_length=1, max_length=MAX_EVAL_TEXT_CHARS,
+                        description="The answer; [n] markers cite the contexts by position (1-based).")
+    contexts: list[str | EvidenceContext] = Field(
+        max_length=MAX_EVAL_CONTEXTS,
+        description='The passages the answer was built from: strings, or {"text", "effective_date"} objects.')
+    reference: str | None = Field(default=None, max_length=MAX_EVAL_TEXT_CHARS,
+                                  description="A reference answer, when there is one (correctness compares with it).")
+
+    def evidence(self) -> list[EvidenceContext]:
+        return [EvidenceContext(text=c) if isinstance(c, str) else c for c in self.contexts]
+
+    @model_validator(mode="after")
+    def _context_sizes(self) -> EvaluateRequest:
+        for i, c in enumerate(self.evidence(), start=1):
+            if len(c.text) > MAX_EVAL_TEXT_CHARS:
+                raise ValueError(f"context {i} is longer than {MAX_EVAL_TEXT_CHARS} characters; send the passage "
+                                 "the answer used, not the whole document")
+        return self

@@ -3,17 +3,20 @@ assembled from the real parts (runtime.py) or from ten-line fakes in a unit test
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from rag_service.domain import (
     Candidate,
     Complexity,
+    EvaluationReport,
     GeneratedAnswer,
     GuidelineSet,
     QueryLogEntry,
     RetrievalRequest,
     RetrievalResult,
+    ReviewTrigger,
     Turn,
 )
 from rag_service.pipeline.generation.tokens import TokenSink
@@ -44,6 +47,12 @@ class QueryHistory(Protocol):
         ...
 
     async def record(self, entry: QueryLogEntry) -> None: ...
+
+    async def record_grades(self, query_id: uuid.UUID, *, collection: str, question_hash: str | None,
+                            report: EvaluationReport, trigger: ReviewTrigger | None, prompt_name: str | None,
+                            prompt_version: int | None) -> None:
+        """Grades that arrived after the answer (the LLM judge's), queueing it when they ask to."""
+        ...
 
 
 @runtime_checkable

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from rag_service.domain import (
     Candidate,
     Clarification,
+    EvaluationReport,
     GeneratedAnswer,
     Intent,
     QueryRequest,
@@ -44,22 +45,27 @@ from rag_service.pipeline.collaborators import (
     QueryHistory,
     Retrieves,
 )
+from rag_service.pipeline.evaluation import AnswerEvaluator, Graded, contexts_of
 from rag_service.pipeline.executor import EventSink, Executor, Fallback, Plan, RetryPolicy, Step, no_events
 from rag_service.pipeline.generation.extractive import ExtractiveGenerator
 from rag_service.pipeline.guardrails import InputCheck, check_input, check_output
 from rag_service.pipeline.intent import IntentParser
 from rag_service.pipeline.intent_llm import RULES_UNSURE_BELOW, refine_with_llm
 from rag_service.pipeline.results import (
+    context_log,
     fill_answer,
     intersect_dates,
     log_entry,
     lowest,
     merge_contexts,
+    question_hash,
     retrieval_summary,
 )
 from rag_service.pipeline.retrieval.search import to_retrieval_request
 from rag_service.pipeline.router import route
 from rag_service.providers.llm import LLM
+from rag_service.review.gate import trigger_for
+from rag_service.scoring.evidence import ScoringInput
 from rag_service.text.citations import cited_numbers, drop_citations, verify_claims
 
 log = logging.getLogger(__name__)
@@ -81,6 +87,7 @@ class PipelineConfig:
     # An answer uses a handful of chunks, so each strategy's list can be shorter than a search's:
     # on XQuAD 40 instead of 100 kept the citation hit rate and raised throughput by a third.
     candidates: int = 40
+    evaluate_budget_s: float = 60.0  # local grading takes milliseconds; the LLM judge (hold mode) more
     strategies: tuple[str, ...] | None = None  # for routes that name none (None: every registered one)
 
 
@@ -97,7 +104,7 @@ class QueryPipeline:
     def __init__(self, *, retriever: Retrieves, collections: CollectionCatalog, guidelines: GuidelineSource,
                  query_log: QueryHistory, generator: AnswerGenerator | None = None,
                  parser: IntentParser | None = None, config: PipelineConfig | None = None,
-                 intent_llm: LLM | None = None) -> None:
+                 intent_llm: LLM | None = None, evaluator: AnswerEvaluator | None = None) -> None:
         """``generator`` answers (default: extractive); when it is not the extractive one, a
         failure of it falls back to extractive answers."""
         self._retriever = retriever
@@ -108,10 +115,12 @@ class QueryPipeline:
         self._extractive = ExtractiveGenerator()
         self._generator: AnswerGenerator = generator or self._extractive
         self._intent_llm = intent_llm  # asked only when the rules are unsure of the query type
+        self.evaluator = evaluator or AnswerEvaluator()
+        self._background: set[asyncio.Task[None]] = set()
         self.config = config or PipelineConfig()
 
-    async def run(self, request: QueryRequest, emit: EventSink | None = None,
-                  now: datetime | None = None) -> QueryResult:
+    async def run(self, request: QueryRequest, emit: EventSink | None = None, now: datetime | None = None,
+                  api_key_id: uuid.UUID | None = None) -> QueryResult:
         started = time.perf_counter()
         run = Executor(emit=emit or no_events, retry=RetryPolicy(attempts=self.config.retries))
         now = now or datetime.now(UTC)
@@ -143,10 +152,17 @@ class QueryPipeline:
                              question=intent.question, answer=None, intent=intent, route=decision,
                              guardrails=guard_record, steps=[], timings_ms={})
 
-        async def persist() -> None:
-            await self._log.record(log_entry(request, checked.masked, result, run.timings_ms()))
+        grading: dict[str, object] = {}
 
-        persist_step = Step("persist", "persist", persist, budget_s=self.config.persist_budget_s, soft=True)
+        async def persist() -> None:
+            entry = log_entry(request, checked.masked, result, run.timings_ms(), api_key_id=api_key_id,
+                              graded=grading.get("graded"), context=grading.get("context"))
+            await self._log.record(entry)
+
+        # A held answer must be stored (the caller is given its review id); otherwise a failure to
+        # log does not cost the caller the answer.
+        persist_step = Step("persist", "persist", persist, budget_s=self.config.persist_budget_s,
+                            soft=not self.evaluator.holds)
         if decision.route.action != "answer":
             if decision.route.action == "clarify":
                 questions = intent.clarifications or ["Could you say more precisely what you are asking about?"]
@@ -157,13 +173,50 @@ class QueryPipeline:
             plan = Plan((persist_step,))
         else:
             plan = self._answer_plan(run, intent, decision, retrieval_request, result, bool(checked.injection),
-                                     persist_step)
+                                     persist_step, grading, now)
         await run.emit("plan", {"steps": plan.describe()})
         await run.run(plan)
+        graded = grading.get("graded")
+        if isinstance(graded, Graded) and graded.verdict.hold and graded.verdict.needs_review:
+            _hold(result, graded)
+        if isinstance(grading.get("later"), ScoringInput) and isinstance(graded, Graded):
+            self._grade_later(grading["later"], graded, result, request.collection,  # type: ignore[arg-type]
+                              question_hash(checked.masked))
         result.steps = run.records
         result.timings_ms = run.timings_ms()
         result.timings_ms["total"] = round((time.perf_counter() - started) * 1000, 2)
         return result
+
+    def _grade_later(self, inp: ScoringInput, local: Graded, result: QueryResult, collection: str,
+                     hashed_question: str) -> None:
+        """The LLM judge and ragas after the answer went out: their grades are stored beside the
+        local ones, and queue the answer if they find it weak where the local scores did not."""
+        prompt = result.prompt or {}
+
+        async def grade() -> None:
+            try:
+                combined = await asyncio.wait_for(self.evaluator.with_llm(inp, local),
+                                                  self.config.evaluate_budget_s)
+                if combined is None:
+                    return
+                graded, notes = combined
+                if notes:
+                    log.info("LLM grading of %s: %s", result.query_id, "; ".join(notes))
+                await self._log.record_grades(
+                    result.query_id, collection=collection, question_hash=hashed_question,
+                    report=graded.report, trigger=trigger_for(graded.verdict, graded.evaluation),
+                    prompt_name=prompt.get("name"), prompt_version=prompt.get("version"))
+            except Exception:  # the caller has its answer; a failed late grading is logged, not raised
+                log.exception("LLM grading of answer %s failed", result.query_id)
+
+        task = asyncio.create_task(grade())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def drain(self) -> None:
+        """Wait for late gradings still running (tests, shutdown)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
 
     async def _parse(self, request: QueryRequest, question: str, now: datetime) -> Intent:
         turns = (await self._log.turns(request.conversation_id, request.collection, request.principals,
@@ -181,7 +234,8 @@ class QueryPipeline:
     # --- the plan: retrieve each part concurrently, then generate, check, persist ------------
 
     def _answer_plan(self, run: Executor, intent: Intent, decision: RouteDecision, scope: RetrievalRequest,
-                     result: QueryResult, injection: bool, persist: Step) -> Plan:
+                     result: QueryResult, injection: bool, persist: Step, grading: dict[str, object],
+                     now: datetime) -> Plan:
         parts = [intent.question]
         if decision.route.split_parts and len(intent.sub_questions) >= 2:
             parts = list(intent.sub_questions)
@@ -209,10 +263,14 @@ class QueryPipeline:
 
         streamed = False
 
+        # In hold mode an answer may be kept from the caller: nothing of it streams out early.
+        holds = self.evaluator.holds
+
         async def on_token(text: str) -> None:
             nonlocal streamed
             streamed = True
-            await run.emit("token", {"text": text})
+            if not holds:
+                await run.emit("token", {"text": text})
 
         async def generate() -> GeneratedAnswer:
             context[:] = merge_contexts([r.candidates for r in retrievals()], top_k)
@@ -230,7 +288,7 @@ class QueryPipeline:
         async def answer_extractively(error: BaseException) -> Fallback:
             why = str(error) or ("timed out" if isinstance(error, TimeoutError) else type(error).__name__)
             reason = f"LLM generation failed ({why}); answered extractively"
-            if streamed:  # the caller saw part of the failed answer: tell it to discard that
+            if streamed and not holds:  # the caller saw part of the failed answer: tell it to discard that
                 await run.emit("token.reset", {"reason": reason})
             answer = await self._extractive.generate(intent.question, intent.sub_questions, context,
                                                      retrieval_confidence=lowest(r.confidence for r in retrievals()),
@@ -249,8 +307,9 @@ class QueryPipeline:
             # The result is complete here, so persistence (next) stores what the caller gets.
             fill_answer(result, answer)
             result.retrieval = retrieval_summary(parts, retrievals())
-            for citation in answer.citations:
-                await run.emit("citation", citation.model_dump(mode="json"))
+            if not holds:
+                for citation in answer.citations:
+                    await run.emit("citation", citation.model_dump(mode="json"))
             return answer
 
         async def verify() -> GeneratedAnswer | Fallback:
@@ -279,8 +338,47 @@ class QueryPipeline:
 
         steps.append(Step("verify", "verify", verify, depends_on=("generate",), fallback=repair,
                           fallback_on=(OutputRejectedError,)))
-        steps.append(dataclasses.replace(persist, depends_on=("verify",)))
+
+        async def evaluate() -> EvaluationReport:
+            answer: GeneratedAnswer = run.results["verify"]
+            inp, graded = await self.evaluator.local(
+                question=intent.question, answer=answer.answer, contexts=contexts_of(context),
+                parts=intent.sub_questions, claims=answer.claims, now=now)
+            if holds and self.evaluator.llm_grader is not None:
+                # The gate decides on the best grades there are: the judge's, when it answers in time.
+                combined = await self.evaluator.with_llm(inp, graded)
+                graded = combined[0] if combined else graded
+            elif self.evaluator.llm_grader is not None:
+                grading["later"] = inp
+            grading["graded"] = graded
+            grading["context"] = context_log(context)
+            report = graded.report
+            result.evaluation = report
+            if graded.verdict.needs_review:
+                result.review_id = uuid.uuid4()
+            await run.emit("evaluation", report.model_dump(mode="json"))
+            return report
+
+        steps.append(Step("evaluate", "evaluate", evaluate, depends_on=("verify",),
+                          budget_s=self.config.evaluate_budget_s))
+        steps.append(dataclasses.replace(persist, depends_on=("evaluate",)))
         return Plan(tuple(steps))
+
+
+HELD = ("This answer is waiting for a reviewer before it is shown. Fetch it with GET /v1/answers/{id} "
+        "once the review is done.")
+CANNOT_ANSWER = ("I cannot answer this reliably yet: the answer I found scored too low on its checks. A reviewer "
+                 "will look at it; fetch the reviewed answer with GET /v1/answers/{id}.")
+
+
+def _hold(result: QueryResult, graded: Graded) -> None:
+    """Hold mode: the caller gets the review id instead of an answer that scored below the gate
+    (below the high-priority threshold, a stated "cannot answer reliably yet")."""
+    template = CANNOT_ANSWER if graded.verdict.tier == "high" else HELD
+    result.outcome = "pending_review"
+    result.answer = template.replace("{id}", str(result.query_id))
+    result.short_answer = None
+    result.citations, result.claims, result.reasoning_steps = [], [], []
 
 
 def _scope(request: QueryRequest, question: str) -> RetrievalRequest:

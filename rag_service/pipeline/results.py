@@ -3,9 +3,11 @@ question's time range, summarising retrieval for the result, and what the query 
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from rag_service.domain import (
     AnswerLogEntry,
@@ -19,6 +21,7 @@ from rag_service.domain import (
     TimeRangeModel,
 )
 from rag_service.pipeline.guardrails import mask_pii, mask_pii_deep
+from rag_service.review.gate import trigger_for
 
 
 def lowest(values: Iterable[float | None]) -> float | None:
@@ -73,18 +76,28 @@ def fill_answer(result: QueryResult, answer: GeneratedAnswer) -> None:
         result.prompt = {"name": answer.prompt_name, "version": answer.prompt_version}
 
 
-def log_entry(request: QueryRequest, masked_question: str, result: QueryResult,
-              timings: dict[str, float]) -> QueryLogEntry:
+def context_log(context: Sequence[Candidate]) -> list[dict[str, Any]]:
+    """What the generator read, as the answer log keeps it for reviewers."""
+    return [{"n": n, "chunk_id": str(c.hit.chunk_id),
+             "score": c.rerank_score if c.rerank_score is not None else c.fused_score}
+            for n, c in enumerate(context, start=1)]
+
+
+def log_entry(request: QueryRequest, masked_question: str, result: QueryResult, timings: dict[str, float], *,
+              api_key_id: uuid.UUID | None = None, graded: Any = None,
+              context: Any = None) -> QueryLogEntry:
     """What the query log stores: everything taken from the question passes through the PII
-    mask (entities included)."""
+    mask (entities included). ``graded`` (the evaluator's Graded) adds the scores and, when the
+    gate asks for it, the review item."""
     answer = None
+    verdict = getattr(graded, "verdict", None)
     if result.answer is not None and result.outcome == "answered":
         answer = AnswerLogEntry(
             text=mask_pii(result.answer), short=result.short_answer,
             citations=[c.model_dump(mode="json") for c in result.citations], confidence=result.confidence,
             generator=result.generator or "none", model=result.model,
             prompt_name=(result.prompt or {}).get("name"), prompt_version=(result.prompt or {}).get("version"),
-            timings=timings,
+            timings=timings, context=context or [], held=bool(verdict and verdict.hold and verdict.needs_review),
         )
     return QueryLogEntry(
         query_id=result.query_id, conversation_id=request.conversation_id, collection=request.collection,
@@ -93,4 +106,14 @@ def log_entry(request: QueryRequest, masked_question: str, result: QueryResult,
         route=mask_pii_deep(result.route.model_dump(mode="json")), guardrails=result.guardrails,
         outcome=result.outcome, answer=answer,
         subject=mask_pii(result.intent.subject) if result.intent.subject else None,
+        question_hash=question_hash(masked_question), api_key_id=api_key_id,
+        evaluation=graded.report if graded is not None else None,
+        review=trigger_for(verdict, graded.evaluation) if graded is not None else None,
+        review_id=result.review_id,
     )
+
+
+def question_hash(question: str) -> str:
+    """The same question asked again (case and spacing aside) hashes the same: review priority
+    counts its traffic."""
+    return hashlib.sha256(" ".join(question.lower().split()).encode()).hexdigest()[:32]

@@ -11,10 +11,10 @@ from __future__ import annotations
 from itertools import combinations
 
 from rag_service.domain import MetricScore
-from rag_service.scoring.evidence import LOCAL_SCORER, Passage, ScoringInput, bare, content_terms
-from rag_service.text.facts import compare
+from rag_service.scoring.evidence import LOCAL_SCORER, Passage, ScoringInput, bare
+from rag_service.text.facts import compare, topic_terms
 
-SAME_TOPIC = 0.5  # Jaccard similarity of terms above which two statements speak of the same thing
+SAME_TOPIC = 0.5  # Jaccard similarity of topic terms above which two statements speak of the same thing
 
 
 def _same_topic(a: frozenset[str], b: frozenset[str]) -> bool:
@@ -39,7 +39,7 @@ def score(inp: ScoringInput) -> MetricScore:
     compared = 0
     conflicts: list[str] = []
     for a, b in combinations(claims, 2):
-        if _same_topic(content_terms(a), content_terms(b)):
+        if _same_topic(topic_terms(a), topic_terms(b)):
             compared += 1
             if (why := _conflict(a, b)) is not None:
                 conflicts.append(f"answer sentences disagree ({why})")
@@ -51,7 +51,7 @@ def score(inp: ScoringInput) -> MetricScore:
             if aligned.sentence is not None and aligned.overlap >= SAME_TOPIC:
                 backing.append(aligned.sentence)
         for a, b in combinations(backing, 2):
-            if a.context != b.context and _same_topic(a.terms, b.terms):
+            if a.context != b.context and _same_topic(topic_terms(a.text), topic_terms(b.text)):
                 compared += 1
                 if (why := _conflict(a.text, b.text)) is not None:
                     conflicts.append(f"sources [{a.context + 1}] and [{b.context + 1}] disagree ({why})")

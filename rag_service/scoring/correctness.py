@@ -71,8 +71,6 @@ def score(inp: ScoringInput) -> MetricScore:
     judged = [(claim, *claim_correctness(inp, claim)) for claim in claims]
     value = sum(v for _, v, _ in judged) / len(judged)
     worst, low, why = min(judged, key=lambda j: j[1])
-    if low >= 0.8:
-        reason = f"the facts of {len(judged)} claims agree with the evidence"
-    else:
-        reason = f"\"{_short(worst)}\": {why}"
+    reason = (f"the facts of all {len(judged)} claim(s) agree with the evidence" if low >= 0.8
+              else f"\"{_short(worst)}\": {why}")
     return MetricScore(metric="correctness", value=round(value, 4), reason=reason + ".", scorer=LOCAL_SCORER)

@@ -1,17 +1,27 @@
 """Coverage: are all aspects and sub-questions of the question answered?
 
-Each question part counts as covered by the answer sentence that addresses it best (relevance of
-that sentence to the part); a part no sentence addresses is uncovered. The value is the mean over
-parts, so an answer to one of two sub-questions gets about half.
+Each question part is judged by the answer sentence that covers it best: the share of the part's
+content terms the sentence takes up, averaged with whether it holds the kind of fact the part asks
+for. A part at COVERED or above counts as answered. The value is the mean over parts, so an answer
+to one of two sub-questions gets about half.
 """
 
 from __future__ import annotations
 
 from rag_service.domain import MetricScore
-from rag_service.scoring.evidence import LOCAL_SCORER, ScoringInput, bare
-from rag_service.scoring.relevance import part_relevance
+from rag_service.scoring.evidence import LOCAL_SCORER, ScoringInput, bare, content_terms
+from rag_service.scoring.relevance import expected_kind, has_new_fact
 
-COVERED = 0.5  # a part whose best sentence scores this much relevance counts as answered
+COVERED = 0.75  # a part whose best sentence covers this much of it counts as answered
+
+
+def _covers(part: str, sentence: str) -> float:
+    asked = content_terms(part)
+    signals = [len(asked & content_terms(sentence)) / len(asked)] if asked else []
+    kind = expected_kind(part)
+    if kind is not None:
+        signals.append(1.0 if has_new_fact(kind, sentence, part) else 0.0)
+    return sum(signals) / len(signals) if signals else 0.0
 
 
 def score(inp: ScoringInput) -> MetricScore:
@@ -19,8 +29,7 @@ def score(inp: ScoringInput) -> MetricScore:
     if not sentences:
         return MetricScore(metric="coverage", value=None, reason="the answer has no content to judge.",
                            scorer=LOCAL_SCORER)
-    best = [max(part_relevance(inp, part, s)[0] for s in sentences) for part in inp.parts]
-    # Relevance of the best sentence, scaled so that COVERED and above count as fully answered.
+    best = [max(_covers(part, s) for s in sentences) for part in inp.parts]
     per_part = [min(1.0, b / COVERED) for b in best]
     value = sum(per_part) / len(per_part)
     missing = [p for p, v in zip(inp.parts, per_part, strict=True) if v < 1.0]

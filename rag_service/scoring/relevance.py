@@ -35,7 +35,7 @@ def expected_kind(question: str) -> str | None:
     return None
 
 
-def _has_new_fact(kind: str, answer: str, question: str) -> bool:
+def has_new_fact(kind: str, answer: str, question: str) -> bool:
     asked, said = facts(question), facts(answer)
     if kind == "date":
         new = (said.dates - asked.dates) | {n for n in said.numbers - asked.numbers if len(n) == 4}
@@ -53,7 +53,7 @@ def part_relevance(inp: ScoringInput, part: str, answer: str | None = None) -> t
         signals["terms"] = min(1.0, len(asked & said) / len(asked) / TERMS_SATURATE)
     kind = expected_kind(part)
     if kind is not None:
-        signals["kind"] = 1.0 if _has_new_fact(kind, answer, part) else 0.0
+        signals["kind"] = 1.0 if has_new_fact(kind, answer, part) else 0.0
     if inp.similarity is not None:
         signals["similarity"] = max(0.0, min(1.0, inp.similarity))
     if not signals:
@@ -71,7 +71,8 @@ def score(inp: ScoringInput) -> MetricScore:
     weakest, low, signals = min(judged, key=lambda j: j[1])
     shown = ", ".join(f"{k} {v:.2f}" for k, v in signals.items())
     if len(judged) == 1:
-        reason = f"the answer addresses the question ({shown})"
+        how = "addresses" if value >= 0.6 else "barely addresses" if value >= 0.3 else "does not address"
+        reason = f"the answer {how} the question ({shown})"
     else:
         reason = f"mean over {len(judged)} question parts; weakest \"{weakest[:60]}\" ({shown})"
     return MetricScore(metric="relevance", value=round(value, 4), reason=reason + ".", scorer=LOCAL_SCORER)

@@ -136,6 +136,13 @@ def _is_number(token: str | None) -> bool:
     return token is not None and token[:1].isdigit()
 
 
+def topic_terms(text: str) -> frozenset[str]:
+    """What a statement speaks of: its content words without the numbers and months it states
+    ("the launch is on March 3 in Berlin" and "... April 9 in Berlin" share a topic)."""
+    months = set(_MONTHS.values())
+    return frozenset(t for t in canonical_tokens(text) if t is not None and not _is_number(t) and t not in months)
+
+
 def slot_check(value: str, kind: FactKind, claim_text: str, evidence_text: str) -> str | None:
     """Where the claim states ``value`` (a number or month), what the evidence states in the same
     place, found by the content words around it: "agreed" (the same value), "contradicted" (another
@@ -153,9 +160,12 @@ def slot_check(value: str, kind: FactKind, claim_text: str, evidence_text: str) 
         if token != value:
             continue
         near = around(claim_seq, i)
-        same = any(near & around(evidence_seq, j) for j, t in enumerate(evidence_seq) if t == value)
-        other = any(near & around(evidence_seq, j) for j, t in enumerate(evidence_seq) if t in others)
-        verdicts.append("agreed" if same else "contradicted" if other else "unplaced")
+        # The place that shares the most surrounding words is where the evidence speaks of it.
+        same = max((len(near & around(evidence_seq, j)) for j, t in enumerate(evidence_seq) if t == value),
+                   default=0)
+        other = max((len(near & around(evidence_seq, j)) for j, t in enumerate(evidence_seq) if t in others),
+                    default=0)
+        verdicts.append("contradicted" if other > same else "agreed" if same else "unplaced")
     if "contradicted" in verdicts:
         return "contradicted"
     return "agreed" if "agreed" in verdicts else None

@@ -11,11 +11,11 @@ import pytest
 from rag_service.config import load_settings
 from rag_service.domain import Candidate, SearchHit
 from rag_service.errors import ProviderError
-from rag_service.text.citations import cited_numbers, support, verify_claims
 from rag_service.pipeline.generation.extractive import ExtractiveGenerator
 from rag_service.pipeline.generation.llm_generator import AnswerFieldStreamer, LLMGenerator
-from rag_service.text.sentences import split_sentences
 from rag_service.providers.llm import make_llm
+from rag_service.text.citations import cited_numbers, support, verify_claims
+from rag_service.text.sentences import split_sentences
 from tests.fake_openai import Reply, fake_openai
 
 PANTHERS = ("The Panthers defense gave up just 308 points, ranking sixth in the league. Pro Bowl defensive tackle "

@@ -33,10 +33,10 @@ from rag_service.pipeline.collaborators import (
     QueryHistory,
     Retrieves,
 )
-from rag_service.text.citations import verify_claims
 from rag_service.pipeline.generation.tokens import TokenSink
 from rag_service.pipeline.orchestrator import PipelineConfig, QueryPipeline
 from rag_service.pipeline.router import default_guidelines
+from rag_service.text.citations import verify_claims
 
 NOW = datetime(2026, 6, 15, tzinfo=UTC)
 PASSAGES = {
@@ -77,6 +77,7 @@ class FakeLog:
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
         self.entries: list[QueryLogEntry] = []
+        self.grades: list[dict] = []
 
     async def turns(self, conversation_id: str, collection: str, principals: Sequence[str],
                     limit: int = 5) -> list[Turn]:
@@ -86,6 +87,9 @@ class FakeLog:
         if self.fail:
             raise DatabaseUnavailableError("the query log is down")
         self.entries.append(entry)
+
+    async def record_grades(self, query_id: uuid.UUID, **grades: object) -> None:
+        self.grades.append({"query_id": query_id, **grades})
 
 
 class FakeGuidelines:
@@ -154,7 +158,7 @@ async def test_an_answer_runs_the_plan_and_logs_a_masked_record() -> None:
                                          events, NOW)
     assert result.outcome == "answered" and result.generator == "extractive"
     assert "[1]" in result.answer and result.citations[0].source_uri == "dough.md"
-    assert [s.kind for s in result.steps] == ["guardrails", "intent", "route", "retrieve", "generate", "verify",
+    assert [s.kind for s in result.steps] == ["guardrails", "intent", "route", "retrieve", "generate", "verify", "evaluate",
                                               "persist"]
     assert result.route.guidelines_version == 7
     kinds = events.kinds()
