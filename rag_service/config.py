@@ -131,6 +131,8 @@ class Settings(BaseSettings):
     )
     eval_freshness_half_life_days: float = Field(
         default=365.0, gt=0, description="A cited document this old scores 0.5 on freshness.")
+    eval_similarity: bool = Field(default=True, description="Relevance also uses the local embedder's "
+                                                            "question-answer cosine (one short embedding per answer).")
     eval_llm_judge: bool = Field(default=True, description="With an LLM configured, also grade with the LLM judge.")
     eval_ragas: bool = Field(default=True, description="With an LLM configured, also grade with ragas "
                                                        "(needs the ragas extra).")
@@ -149,6 +151,8 @@ class Settings(BaseSettings):
                     "for judge-human agreement).",
     )
     review_lease_s: float = Field(default=900.0, gt=0, description="How long a claim holds an item.")
+    review_expire_after_days: float = Field(
+        default=30.0, gt=0, description="Items pending longer than this are marked expired (checked lazily).")
 
     # --- jobs ------------------------------------------------------------------------------------
     serve_worker: Literal["auto", "on", "off"] = Field(

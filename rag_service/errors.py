@@ -6,6 +6,8 @@ with ``exit_code``. Anything that is not a :class:`RagServiceError` is a bug and
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class RagServiceError(Exception):
     """Base class for errors whose message is meant for the user."""
@@ -41,10 +43,42 @@ class InvalidInputError(RagServiceError):
     title = "invalid input"
 
 
+class UnauthorizedError(RagServiceError):
+    """The request carries no API key, or one that is unknown or revoked (HTTP 401)."""
+
+    status_code = 401
+    exit_code = 2
+    title = "unauthorized"
+    # Sent with the problem body: RFC 9110 requires a challenge on every 401.
+    headers: ClassVar[dict[str, str]] = {"WWW-Authenticate": "Bearer"}
+
+
+class ForbiddenError(RagServiceError):
+    """The key is valid but its role or scope does not allow this (HTTP 403)."""
+
+    status_code = 403
+    exit_code = 2
+    title = "forbidden"
+
+
 class NotFoundError(RagServiceError):
     status_code = 404
     exit_code = 3
     title = "not found"
+
+
+class ConflictError(RagServiceError):
+    """The request conflicts with the current state (another reviewer holds the item, it is
+    already decided). ``fields`` are JSON values the problem body carries besides the message."""
+
+    status_code = 409
+    exit_code = 6
+    title = "conflict"
+
+    def __init__(self, message: str, *, fields: dict[str, str | int | float | bool | None] | None = None,
+                 stage: str | None = None) -> None:
+        super().__init__(message, stage=stage)
+        self.fields = dict(fields or {})
 
 
 class DatabaseUnavailableError(RagServiceError):

@@ -22,17 +22,22 @@ from rag_service import __version__
 from rag_service.config import Settings
 from rag_service.db import migrate
 from rag_service.db.engine import Database, resolve_database_url
-from rag_service.db.repos import DocumentCatalog, GuidelineRepository, JobRepository, QueryLog
+from rag_service.db.repos import ApiKeyRepository, DocumentCatalog, GuidelineRepository, JobRepository, QueryLog
+from rag_service.db.repos.reviews import ReviewRepository
 from rag_service.db.repos.server import ServerInfoRepository
 from rag_service.domain import StoreCounts
 from rag_service.errors import RagServiceError, SchemaMismatchError
+from rag_service.pipeline.evaluation import AnswerEvaluator
 from rag_service.pipeline.generation.llm_generator import LLMGenerator
+from rag_service.pipeline.guardrails import mask_pii
 from rag_service.pipeline.intent import IntentParser
 from rag_service.pipeline.orchestrator import PipelineConfig, QueryPipeline
 from rag_service.pipeline.retrieval.retriever import Retriever, build_retriever
 from rag_service.pipeline.router import default_guidelines
 from rag_service.providers.embeddings import Embedder, make_embedder
 from rag_service.providers.llm import OpenAICompatibleLLM, make_llm
+from rag_service.review.gate import GatePolicy
+from rag_service.review.service import ReviewService
 from rag_service.stores.pgvector import PgVectorStore
 
 log = logging.getLogger(__name__)
@@ -107,6 +112,17 @@ class Runtime:
         return QueryLog(self.db)
 
     @cached_property
+    def keys(self) -> ApiKeyRepository:
+        return ApiKeyRepository(self.db)
+
+    @cached_property
+    def reviews(self) -> ReviewService:
+        """The review queue (claims, decisions, statistics) and the answers' read side with feedback."""
+        s = self.settings
+        return ReviewService(ReviewRepository(self.db), lease_s=s.review_lease_s,
+                             expire_after_s=s.review_expire_after_days * 86_400, mask=mask_pii)
+
+    @cached_property
     def llm(self) -> OpenAICompatibleLLM | None:
         """The configured OpenAI-compatible LLM, or None (every caller has a path without one)."""
         return make_llm(self.settings)
@@ -124,11 +140,25 @@ class Runtime:
             retriever=self.retriever, collections=self.catalog, guidelines=self.guidelines,
             query_log=self.query_log,
             generator=LLMGenerator(self.llm) if self.llm is not None else None,
-            parser=IntentParser(ambiguity_threshold=s.clarify_ambiguity_threshold), intent_llm=self.llm,
-            config=PipelineConfig(retrieve_budget_s=s.query_retrieve_budget_s,
+            parser=self.intent_parser, intent_llm=self.llm,
+            evaluator=self.evaluator,
+            config=PipelineConfig(retrieve_budget_s=s.query_retrieve_budget_s, evaluate_budget_s=s.eval_judge_budget_s,
                                   generate_budget_s=s.query_generate_budget_s, history_turns=s.conversation_turns,
                                   candidates=s.query_retrieval_candidates, strategies=s.default_strategies),
         )
+
+    @cached_property
+    def intent_parser(self) -> IntentParser:
+        return IntentParser(ambiguity_threshold=self.settings.clarify_ambiguity_threshold)
+
+    @cached_property
+    def evaluator(self) -> AnswerEvaluator:
+        """The seven-metric evaluator and the review gate, as configured."""
+        s = self.settings
+        policy = GatePolicy(deliver_at=s.review_deliver_threshold, high_priority_below=s.review_high_priority_below,
+                            metric_thresholds=s.review_metric_thresholds, mode=s.review_gate)
+        return AnswerEvaluator(weights=s.eval_weights, half_life_days=s.eval_freshness_half_life_days, policy=policy,
+                               embed=self.embedder.embed if s.eval_similarity else None)
 
     def ingestor(self) -> Ingestor:
         s = self.settings

@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ingestion.jobs import make_queue, run_worker
 from rag_service import __version__
-from rag_service.api import documents, health, query, search
+from rag_service.api import documents, evaluate, health, query, reviews, search
 from rag_service.api.problems import problem, problem_response
 from rag_service.config import Settings, get_settings
 from rag_service.errors import RagServiceError
@@ -62,6 +62,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(documents.router)
     app.include_router(search.router)
     app.include_router(query.router)
+    app.include_router(evaluate.router)
+    app.include_router(reviews.router)
 
     def openapi() -> dict[str, Any]:
         # Bodies read by hand (multipart or JSON on one route) reference schemas FastAPI does not

@@ -11,10 +11,11 @@ from pydantic import BaseModel, Field
 
 from ingestion.jobs import enqueue, options_to_params
 from ingestion.pipeline import IngestOptions
+from rag_service.api.auth import IngesterDep, ReaderDep, check_collection, check_readable, role
 from rag_service.api.deps import RuntimeDep
 from rag_service.api.uploads import MULTIPART_SCHEMA, DocumentCreate, read_upload_request
 from rag_service.domain import COLLECTION_PATTERN, DocumentSummary, JobView, StoredChunk
-from rag_service.errors import NotFoundError
+from rag_service.errors import ForbiddenError, NotFoundError
 
 router = APIRouter(prefix="/v1", tags=["documents"])
 
@@ -65,18 +66,19 @@ class DocumentWithChunks(DocumentPublic):
     description="Send `multipart/form-data` with one or more `files`, or JSON: one `DocumentCreate` object "
                 "or a list of them. Answers 202 with a job id; poll `status_url` for progress and the outcome. "
                 "A file that cannot be read fails inside the job (see its report); the rest are ingested.",
-    openapi_extra={"requestBody": {"required": True, "content": {
+    **role("ingester", openapi_extra={"requestBody": {"required": True, "content": {
         "multipart/form-data": {"schema": MULTIPART_SCHEMA},
         "application/json": {"schema": {"oneOf": [
             {"$ref": "#/components/schemas/DocumentCreate"},
             {"type": "array", "items": {"$ref": "#/components/schemas/DocumentCreate"}},
         ]}},
-    }}},
+    }}}),
     responses={413: {"description": "A file is over the size limit"}, 422: {"description": "Malformed request"}},
 )
-async def create_documents(request: Request, runtime: RuntimeDep) -> JSONResponse:
+async def create_documents(request: Request, runtime: RuntimeDep, caller: IngesterDep) -> JSONResponse:
     limit = runtime.settings.ingest_max_file_bytes
     batch = await read_upload_request(request, limit)
+    check_collection(caller, batch.collection)
     options = IngestOptions(collection=batch.collection, tags=tuple(batch.tags), lob=batch.lob,
                             acl=tuple(batch.acl), max_file_bytes=limit,
                             batch_documents=runtime.settings.ingest_batch_documents)
@@ -88,44 +90,63 @@ async def create_documents(request: Request, runtime: RuntimeDep) -> JSONRespons
 
 
 @router.get("/jobs/{job_id}", response_model=JobPublic, summary="Status, progress and outcome of a job",
-            responses={404: {"description": "No such job"}})
-async def get_job(job_id: uuid.UUID, runtime: RuntimeDep) -> JobPublic:
-    return JobPublic.model_validate(await runtime.jobs.get(job_id), from_attributes=True)
+            responses={404: {"description": "No such job"}}, **role("reader"))
+async def get_job(job_id: uuid.UUID, runtime: RuntimeDep, caller: ReaderDep) -> JobPublic:
+    job = await runtime.jobs.get(job_id)
+    check_readable(caller, job.collection, (), f"job {job_id}")
+    return JobPublic.model_validate(job, from_attributes=True)
 
 
-@router.get("/jobs", response_model=JobsPublic, summary="Ingestion jobs, newest first")
-async def list_jobs(runtime: RuntimeDep, limit: Annotated[int, Query(ge=1, le=500)] = 50,
+@router.get("/jobs", response_model=JobsPublic, summary="Ingestion jobs, newest first", **role("reader"))
+async def list_jobs(runtime: RuntimeDep, caller: ReaderDep, limit: Annotated[int, Query(ge=1, le=500)] = 50,
                     offset: Annotated[int, Query(ge=0)] = 0) -> JobsPublic:
     jobs, total = await runtime.jobs.list(limit=limit, offset=offset)
+    if caller.collections is not None:  # a key limited to some collections sees their jobs only (this page's)
+        jobs = [j for j in jobs if caller.may_touch(j.collection)]
+        total = len(jobs)
     return JobsPublic(data=[JobPublic.model_validate(j, from_attributes=True) for j in jobs], count=total)
 
 
-@router.get("/documents", response_model=DocumentsPublic, summary="Documents, most recently updated first")
+@router.get("/documents", response_model=DocumentsPublic, summary="Documents, most recently updated first",
+            **role("reader"))
 async def list_documents(
     runtime: RuntimeDep,
+    caller: ReaderDep,
     collection: Annotated[str | None, Query(pattern=COLLECTION_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> DocumentsPublic:
+    if collection is not None:
+        check_collection(caller, collection)
+    elif caller.collections is not None:  # a key limited to collections lists one at a time
+        if len(caller.collections) > 1:
+            raise ForbiddenError(f"this key may only use the collections {', '.join(caller.collections)}; "
+                                 "name one with ?collection=")
+        collection = caller.collections[0]
     documents, total = await runtime.catalog.list(collection, limit=limit, offset=offset)
     return DocumentsPublic(data=[DocumentPublic.model_validate(d, from_attributes=True) for d in documents],
                            count=total)
 
 
 @router.get("/documents/{document_id}", response_model=DocumentWithChunks, summary="A document and its chunks",
-            responses={404: {"description": "No such document"}})
-async def get_document(document_id: uuid.UUID, runtime: RuntimeDep) -> DocumentWithChunks:
+            responses={404: {"description": "No such document"}}, **role("reader"))
+async def get_document(document_id: uuid.UUID, runtime: RuntimeDep, caller: ReaderDep) -> DocumentWithChunks:
     found = await runtime.catalog.get(document_id)
     if found is None:
         raise NotFoundError(f"no document {document_id}")
     document, chunks = found
+    check_readable(caller, document.collection, document.acl, f"document {document_id}")
     return DocumentWithChunks(**document.model_dump(),
                               chunks=[ChunkPublic.model_validate(c, from_attributes=True) for c in chunks])
 
 
 @router.delete("/documents/{document_id}", status_code=204, summary="Delete a document and its chunks",
-               responses={404: {"description": "No such document"}})
-async def delete_document(document_id: uuid.UUID, runtime: RuntimeDep) -> Response:
+               responses={404: {"description": "No such document"}}, **role("ingester"))
+async def delete_document(document_id: uuid.UUID, runtime: RuntimeDep, caller: IngesterDep) -> Response:
+    if caller.collections is not None:
+        found = await runtime.catalog.get(document_id)
+        if found is not None:
+            check_collection(caller, found[0].collection)
     if not await runtime.store.delete_document(document_id):
         raise NotFoundError(f"no document {document_id}")
     return Response(status_code=204)

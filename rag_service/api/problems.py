@@ -20,6 +20,8 @@ def problem_body(exc: BaseException) -> dict[str, Any]:
         body: dict[str, Any] = {"title": exc.title, "status": exc.status_code, "detail": str(exc)}
         if exc.step:
             body["step"] = exc.step
+        # e.g. a conflict's holder and lease expiry; never overriding the standard members
+        body.update({k: v for k, v in getattr(exc, "fields", {}).items() if k not in body})
         return body
     log.error("unexpected error", exc_info=exc)
     return {"title": "internal error", "status": 500, "detail": "an unexpected error occurred; it has been logged"}
@@ -31,4 +33,7 @@ def problem(status: int, title: str, detail: object, **extra: object) -> JSONRes
 
 
 def problem_response(exc: BaseException) -> JSONResponse:
-    return problem(**problem_body(exc))
+    response = problem(**problem_body(exc))
+    # A 401 carries its WWW-Authenticate challenge (UnauthorizedError.headers).
+    response.headers.update(getattr(exc, "headers", None) or {})
+    return response

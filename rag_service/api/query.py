@@ -13,6 +13,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 from sse_starlette.sse import EventSourceResponse
 
+from rag_service.api.auth import AdminDep, ReaderDep, role, scoped
 from rag_service.api.deps import RuntimeDep
 from rag_service.api.problems import problem_body
 from rag_service.domain import GuidelineSet, QueryRequest, QueryResult
@@ -31,9 +32,10 @@ router = APIRouter(prefix="/v1", tags=["query"])
     responses={404: {"description": "The collection does not exist"},
                422: {"description": "Malformed request (the body says which field and why)"},
                503: {"description": "The database is unavailable"}},
+    **role("reader"),
 )
-async def query(body: QueryRequest, runtime: RuntimeDep) -> QueryResult:
-    return await runtime.pipeline.run(body)
+async def query(body: QueryRequest, runtime: RuntimeDep, caller: ReaderDep) -> QueryResult:
+    return await runtime.pipeline.run(scoped(caller, body), api_key_id=caller.key_id)
 
 
 @router.post(
@@ -46,8 +48,10 @@ async def query(body: QueryRequest, runtime: RuntimeDep) -> QueryResult:
                 "Each event's data is JSON.",
     response_class=EventSourceResponse,
     responses={200: {"content": {"text/event-stream": {}}}},
+    **role("reader"),
 )
-async def query_stream(body: QueryRequest, runtime: RuntimeDep) -> EventSourceResponse:
+async def query_stream(body: QueryRequest, runtime: RuntimeDep, caller: ReaderDep) -> EventSourceResponse:
+    body = scoped(caller, body)  # before the stream starts: a scope error is a plain 403
     events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
 
     async def emit(kind: str, data: dict[str, Any]) -> None:
@@ -55,7 +59,7 @@ async def query_stream(body: QueryRequest, runtime: RuntimeDep) -> EventSourceRe
 
     async def run() -> None:
         try:
-            result = await runtime.pipeline.run(body, emit)
+            result = await runtime.pipeline.run(body, emit, api_key_id=caller.key_id)
             await emit("done", result.model_dump(mode="json"))
         except Exception as exc:  # the stream must end with an event, never a dropped connection
             await emit("error", problem_body(exc))
@@ -84,7 +88,8 @@ class GuidelinesUpdate(BaseModel):
     comment: str | None = Field(default=None, max_length=2000)
 
 
-@router.get("/guidelines", response_model=GuidelinesPublic, summary="The router's current guidelines")
+@router.get("/guidelines", response_model=GuidelinesPublic, summary="The router's current guidelines",
+            **role("reader"))
 async def get_guidelines(runtime: RuntimeDep) -> GuidelinesPublic:
     version, guidelines = await runtime.guidelines.current()
     return GuidelinesPublic(version=version, guidelines=guidelines)
@@ -93,8 +98,8 @@ async def get_guidelines(runtime: RuntimeDep) -> GuidelinesPublic:
 @router.put("/guidelines", response_model=GuidelinesPublic, summary="Store a new version of the guidelines",
             description="Validated as a whole (unique names, known query types and strategies, valid regexes); "
                         "the new version takes effect at once in this process and within seconds in others. "
-                        "Admin only once authentication exists.",
-            responses={422: {"description": "Invalid guidelines (the body says what to fix)"}})
-async def put_guidelines(body: GuidelinesUpdate, runtime: RuntimeDep) -> GuidelinesPublic:
-    version = await runtime.guidelines.put(body.guidelines, body.comment, author=None)
+                        "The version records the key that stored it.",
+            responses={422: {"description": "Invalid guidelines (the body says what to fix)"}}, **role("admin"))
+async def put_guidelines(body: GuidelinesUpdate, runtime: RuntimeDep, caller: AdminDep) -> GuidelinesPublic:
+    version = await runtime.guidelines.put(body.guidelines, body.comment, author=caller.label)
     return GuidelinesPublic(version=version, guidelines=body.guidelines)

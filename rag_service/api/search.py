@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from rag_service.api.auth import ReaderDep, role, scoped
 from rag_service.api.deps import RuntimeDep
 from rag_service.domain import SearchRequest, SearchResponse
 from rag_service.pipeline.retrieval.search import search
@@ -21,6 +22,7 @@ router = APIRouter(prefix="/v1", tags=["search"])
                 "that found it; `iterations` records what the adaptive loop tried.",
     responses={404: {"description": "The collection does not exist"},
                422: {"description": "Malformed request (the body says which field and why)"}},
+    **role("reader"),
 )
-async def search_collection(body: SearchRequest, runtime: RuntimeDep) -> SearchResponse:
-    return await search(runtime.retriever, runtime.catalog, body)
+async def search_collection(body: SearchRequest, runtime: RuntimeDep, caller: ReaderDep) -> SearchResponse:
+    return await search(runtime.retriever, runtime.catalog, scoped(caller, body))

@@ -20,24 +20,36 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Port (default: RAGSVC_PORT, 8000).", min=1, max=65535)] = None,
 ) -> None:
     """Run the HTTP API (OpenAPI docs at /docs). With no RAGSVC_DATABASE_URL it starts the
-    embedded PostgreSQL, or shares the one another ragsvc process already runs on the data dir."""
+    embedded PostgreSQL, or shares the one another ragsvc process already runs on the data dir.
+    Requests need an API key (`ragsvc keys create`) once one exists; a non-loopback address is
+    refused until one does."""
     import uvicorn
 
     from rag_service.api import create_app
+    from rag_service.api.auth import check_exposure, is_loopback
     from rag_service.providers.embeddings import make_embedder
-    from rag_service.runtime import database_url
+    from rag_service.runtime import Runtime, database_url
 
     config = settings()
+    if host is not None and host != config.host:
+        # The app decides from Settings.host whether keyless requests may run as the local admin.
+        config = config.model_copy(update={"host": host})
     # Fail here, as one clear line, rather than inside uvicorn's lifespan with a traceback.
     make_embedder(config)
     database_url(config)
+    if not is_loopback(config.host):
+
+        async def any_active_key(runtime: Runtime) -> bool:
+            return await runtime.keys.any_active()
+
+        check_exposure(config.host, run_with_runtime(any_active_key, check_schema=True))
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal under the
     # handlers it found. With the default ones the process would die without running atexit,
     # leaving the embedded PostgreSQL running; these turn a graceful stop into a clean exit.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: sys.exit(0))
     uvicorn.run(
-        create_app(config), host=host or config.host, port=port or config.port,
+        create_app(config), host=config.host, port=port or config.port,
         log_level=config.log_level.lower(), lifespan="on",
     )
 

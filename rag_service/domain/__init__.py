@@ -3,7 +3,7 @@ and (next) the evaluator. Everything above imports them from here; this package 
 of the service but its own modules."""
 
 from rag_service.domain.answers import Citation, Claim, GeneratedAnswer
-from rag_service.domain.auth import GRANTS, ROLES, Caller, Role
+from rag_service.domain.auth import GRANTS, ROLES, ApiKeyView, Caller, Role
 from rag_service.domain.documents import (
     COLLECTION_PATTERN,
     ChunkRecord,
@@ -19,6 +19,7 @@ from rag_service.domain.documents import (
 )
 from rag_service.domain.evaluation import (
     METRICS,
+    EvaluateRequest,
     Evaluation,
     EvaluationReport,
     EvidenceContext,
@@ -73,7 +74,8 @@ from rag_service.domain.search import SearchRequest, SearchResponse, SearchResul
 from rag_service.domain.strategies import StrategyName, check_strategy_names, strategy_names
 
 __all__ = [
-    "GRANTS", "REVIEW_STATUSES", "ROLES", "Caller", "DecisionKind", "EvaluationReport", "EvidenceContext",
+    "GRANTS", "REVIEW_STATUSES", "ROLES", "ApiKeyView", "Caller", "DecisionKind", "EvaluateRequest", "EvaluationReport",
+    "EvidenceContext",
     "GateMode", "GateVerdict", "MetricValue", "ReviewCategory", "ReviewStatus", "ReviewTier", "ReviewTrigger",
     "ReviewTriggerSource", "Role",
     "COLLECTION_PATTERN", "MAX_QUERY_CHARS", "MAX_QUESTION_CHARS", "MAX_TOP_K", "METRICS", "AnswerLogEntry",

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
+from datetime import datetime
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field
 
 Role = Literal["reader", "ingester", "reviewer", "admin"]
 ROLES: tuple[Role, ...] = get_args(Role)
@@ -38,3 +40,47 @@ class Caller(BaseModel):
     @property
     def local(self) -> bool:
         return self.key_id is None
+
+    @property
+    def label(self) -> str:
+        """Who this is, for audit columns (a guideline version's author...)."""
+        if self.key_id is None:
+            return "local admin"
+        return f"{self.name} ({self.key_id})" if self.name else str(self.key_id)
+
+    def may_touch(self, collection: str) -> bool:
+        return self.collections is None or collection in self.collections
+
+    def principals_not_held(self, requested: Iterable[str]) -> list[str]:
+        """The requested principals this caller does not hold (none when it is unrestricted)."""
+        if self.principals is None:
+            return []
+        return sorted(set(requested) - set(self.principals))
+
+    def effective_principals(self, requested: Iterable[str]) -> list[str]:
+        """The principals a search runs with: the requested ones narrow the caller's (the caller
+        must hold them: see ``principals_not_held``); none requested means all the caller's.
+        The local admin's are the request's, as stated."""
+        requested = list(dict.fromkeys(requested))
+        if self.principals is None or requested:
+            return requested
+        return list(self.principals)
+
+
+class ApiKeyView(BaseModel):
+    """An API key as listings show it: never the key itself, only its first characters."""
+
+    id: uuid.UUID
+    name: str | None
+    prefix: str
+    role: Role
+    principals: list[str]
+    collections: list[str]
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None

@@ -1,8 +1,7 @@
 """The search API's request and response (shared by HTTP and the CLI).
 
 The request never carries ``acl_bypass``: callers see public documents and those shared with the
-principals they name. (Until authentication exists, principals are taken as stated; run the
-service behind a gateway that sets them.)
+principals they name. Over HTTP those are narrowed to the API key's (``rag_service.api.auth.scoped``).
 """
 
 from __future__ import annotations

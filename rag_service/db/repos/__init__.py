@@ -4,6 +4,7 @@ typed methods over the async engine. SQL lives here (and in the store), nowhere 
 from rag_service.db.repos.catalog import DocumentCatalog
 from rag_service.db.repos.guidelines import GuidelineRepository
 from rag_service.db.repos.jobs import JobRepository
+from rag_service.db.repos.keys import ApiKeyRepository
 from rag_service.db.repos.query_log import QueryLog
 
-__all__ = ["DocumentCatalog", "GuidelineRepository", "JobRepository", "QueryLog"]
+__all__ = ["ApiKeyRepository", "DocumentCatalog", "GuidelineRepository", "JobRepository", "QueryLog"]

@@ -12,7 +12,7 @@ from sqlalchemy.sql.expression import bindparam
 
 from rag_service.db.engine import Database
 from rag_service.db.repos.reviews import enqueue
-from rag_service.domain import EvaluationReport, QueryLogEntry, Turn
+from rag_service.domain import EvaluationReport, QueryLogEntry, ReviewTrigger, Turn
 
 
 class QueryLog:
@@ -81,6 +81,17 @@ class QueryLog:
                     {"cid": conversation_id, "qid": entry.query_id,
                      "question": entry.resolved_question or entry.question, "subject": entry.subject,
                      "answer": entry.answer.text if entry.answer else None})
+
+    async def record_grades(self, query_id: uuid.UUID, *, collection: str, question_hash: str | None,
+                            report: EvaluationReport, trigger: ReviewTrigger | None, prompt_name: str | None,
+                            prompt_version: int | None) -> None:
+        """Grades that came after the answer (the LLM judge's, combined with the local ones), in
+        one transaction with the review item they may ask for."""
+        async with self._db.begin() as conn:
+            await save_scores(conn, query_id, "combined", report)
+            if trigger is not None:
+                await enqueue(conn, query_id=query_id, collection=collection, question_hash=question_hash,
+                              trigger=trigger, prompt_name=prompt_name, prompt_version=prompt_version)
 
 
 async def save_scores(conn: AsyncConnection, query_id: uuid.UUID, scorer: str, report: EvaluationReport) -> None:
