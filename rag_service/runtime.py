@@ -27,17 +27,20 @@ from rag_service.db.repos.reviews import ReviewRepository
 from rag_service.db.repos.server import ServerInfoRepository
 from rag_service.domain import StoreCounts
 from rag_service.errors import RagServiceError, SchemaMismatchError
-from rag_service.pipeline.evaluation import AnswerEvaluator
+from rag_service.pipeline.evaluation import AnswerEvaluator, llm_grader
 from rag_service.pipeline.generation.llm_generator import LLMGenerator
 from rag_service.pipeline.guardrails import mask_pii
 from rag_service.pipeline.intent import IntentParser
 from rag_service.pipeline.orchestrator import PipelineConfig, QueryPipeline
 from rag_service.pipeline.retrieval.retriever import Retriever, build_retriever
 from rag_service.pipeline.router import default_guidelines
+from rag_service.prompts.registry import PromptRegistry
 from rag_service.providers.embeddings import Embedder, make_embedder
 from rag_service.providers.llm import OpenAICompatibleLLM, make_llm
 from rag_service.review.gate import GatePolicy
 from rag_service.review.service import ReviewService
+from rag_service.scoring.judge import PROMPT_NAME as JUDGE_PROMPT
+from rag_service.scoring.ragas_scores import RagasConfig
 from rag_service.stores.pgvector import PgVectorStore
 
 log = logging.getLogger(__name__)
@@ -157,8 +160,12 @@ class Runtime:
         s = self.settings
         policy = GatePolicy(deliver_at=s.review_deliver_threshold, high_priority_below=s.review_high_priority_below,
                             metric_thresholds=s.review_metric_thresholds, mode=s.review_gate)
+        grader = None
+        if self.llm is not None:
+            grader = llm_grader(self.llm if s.eval_llm_judge else None, PromptRegistry().get(JUDGE_PROMPT),
+                                RagasConfig.from_settings(s), self.embedder.embed, s.eval_judge_budget_s)
         return AnswerEvaluator(weights=s.eval_weights, half_life_days=s.eval_freshness_half_life_days, policy=policy,
-                               embed=self.embedder.embed if s.eval_similarity else None)
+                               embed=self.embedder.embed if s.eval_similarity else None, llm_grader=grader)
 
     def ingestor(self) -> Ingestor:
         s = self.settings

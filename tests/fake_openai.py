@@ -1,5 +1,8 @@
 """A small local HTTP server that speaks the OpenAI chat completions API (no hosted LLM is
-reachable here). Tests queue replies; each request takes the next one (or a default)."""
+reachable here). Tests queue replies; each request takes the next one (or a default).
+
+Callers that send several prompts concurrently (ragas) make the order of requests unpredictable;
+``on(text, ...)`` answers the requests whose messages contain ``text`` from their own queue."""
 
 from __future__ import annotations
 
@@ -22,15 +25,41 @@ class Reply:
     delay_s: float = 0.0
 
 
+def _reply(content: str | Reply) -> Reply:
+    return content if isinstance(content, Reply) else Reply(content)
+
+
 @dataclass
 class FakeOpenAI:
     url: str = ""
     requests: list[dict] = field(default_factory=list)
     replies: list[Reply] = field(default_factory=list)
     default: Reply = field(default_factory=lambda: Reply("ok"))
+    routes: list[tuple[str, list[Reply]]] = field(default_factory=list)
 
     def queue(self, *contents: str | Reply) -> None:
-        self.replies.extend(c if isinstance(c, Reply) else Reply(c) for c in contents)
+        self.replies.extend(_reply(c) for c in contents)
+
+    def on(self, text: str, *contents: str | Reply) -> None:
+        """Requests whose message text contains ``text`` take these replies in order, the last one
+        repeating; routes are tried in the order they were added, before the plain queue."""
+        if not contents:
+            raise ValueError("on() needs at least one reply")
+        self.routes.append((text, [_reply(c) for c in contents]))
+
+    def reset(self) -> None:
+        """Forget requests, replies and routes (one server shared by several tests)."""
+        self.requests.clear()
+        self.replies.clear()
+        self.routes.clear()
+        self.default = Reply("ok")
+
+    def next_reply(self, body: dict) -> Reply:
+        prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
+        for text, replies in self.routes:
+            if text in prompt:
+                return replies.pop(0) if len(replies) > 1 else replies[0]
+        return self.replies.pop(0) if self.replies else self.default
 
 
 @contextmanager
@@ -48,7 +77,7 @@ def fake_openai() -> Iterator[FakeOpenAI]:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             with lock:
                 state.requests.append({"path": self.path, "body": body})
-                reply = state.replies.pop(0) if state.replies else state.default
+                reply = state.next_reply(body)
             if reply.delay_s:
                 time.sleep(reply.delay_s)
             if reply.status != 200:

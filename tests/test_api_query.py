@@ -222,7 +222,8 @@ def test_sse_events_arrive_in_order(client: TestClient) -> None:
     events = _events(client, {"question": "How long should the dough rise?"})
     kinds = [k for k, _ in events]
     assert kinds[0] == "step.start" and kinds[-1] == "done"
-    order = [kinds.index(k) for k in ("intent", "route", "plan", "retrieval", "token", "citation", "evaluation", "done")]
+    order = [kinds.index(k)
+             for k in ("intent", "route", "plan", "retrieval", "token", "citation", "evaluation", "done")]
     assert order == sorted(order), kinds
     starts = [d["step"] for k, d in events if k == "step.start"]
     ends = [d["step"] for k, d in events if k == "step.end"]

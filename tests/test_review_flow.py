@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -58,7 +59,7 @@ def llm_server():
 def _app(url: str, llm_url: str, **settings: object) -> TestClient:
     return TestClient(create_app(load_settings(
         database_url=url, serve_worker="on", worker_heartbeat_s=1, llm_base_url=llm_url, llm_api_key="k",
-        llm_timeout_s=2, adaptive_retrieval=False, eval_llm_judge=False, eval_ragas=False, **settings)))
+        llm_timeout_s=2, adaptive_retrieval=False, **{"eval_llm_judge": False, "eval_ragas": False, **settings})))
 
 
 def test_a_weak_answer_is_queued_claimed_edited_and_counted(databases, llm_server) -> None:
@@ -140,3 +141,58 @@ def test_hold_mode_keeps_a_weak_answer_until_a_reviewer_decides(databases, llm_s
         good = client.post("/v1/query", json={"question": "How long should the dough rise?",
                                               "collection": "kb"}).json()
         assert good["outcome"] == "answered" and "hour" in good["answer"]
+
+
+def _judge(value: float) -> str:
+    return json.dumps({"reasoning_steps": ["checked each claim"], "scores": {
+        m: {"value": value, "reason": f"the judge gives {value}."}
+        for m in ("faithfulness", "relevance", "correctness", "coverage", "consistency")}})
+
+
+def test_the_llm_judge_grades_after_delivery_and_can_queue_the_answer(databases, llm_server) -> None:
+    url = databases.create()
+    llm_server.reset()
+    with _app(url, llm_server.url, eval_llm_judge=True) as client:
+        _ingest(client, "kb")
+        llm_server.on("You grade one answer", _judge(0.1))
+        llm_server.queue(RIGHT)
+        result = client.post("/v1/query", json={"question": "How long should the dough rise?",
+                                                "collection": "kb"}).json()
+        # Delivered on the local grades; the judge runs afterwards.
+        assert result["evaluation"]["needs_review"] is False
+        assert result["evaluation"]["metrics"]["faithfulness"]["scorer"] == "local-v1"
+
+        async def rows(db: Database) -> tuple[list, list]:
+            async with db.connect() as conn:
+                scores = (await conn.execute(text("SELECT scorer, metrics, overall FROM answer_scores "
+                                                  "WHERE query_id = :q"), {"q": result["query_id"]})).all()
+                items = (await conn.execute(text("SELECT trigger, reasons FROM review_items WHERE query_id = :q"),
+                                            {"q": result["query_id"]})).all()
+            return scores, items
+
+        deadline = time.monotonic() + 30
+        while len((found := _run(url, rows))[0]) < 2:
+            assert time.monotonic() < deadline, found
+            time.sleep(0.2)
+        scores, items = found
+        combined = next(r for r in scores if r.scorer == "combined")
+        assert combined.metrics["faithfulness"]["scorer"].startswith("llm-judge:")
+        assert combined.metrics["faithfulness"]["value"] == 0.1
+        assert combined.metrics["traceability"]["scorer"] == "local-v1"  # the judge does not grade it
+        assert combined.overall < 0.8 and items and items[0].trigger == "evaluator"
+        view = client.get(f"/v1/answers/{result['query_id']}").json()
+        assert view["status"] == "answered"
+
+
+def test_an_invalid_judge_reply_keeps_the_local_grades_with_the_reason(databases, llm_server) -> None:
+    url = databases.create()
+    llm_server.reset()
+    with _app(url, llm_server.url, eval_llm_judge=True, review_gate="hold") as client:
+        _ingest(client, "kb")
+        llm_server.on("You grade one answer", "I think it is fine.")
+        llm_server.queue(RIGHT)
+        result = client.post("/v1/query", json={"question": "How long should the dough rise?",
+                                                "collection": "kb"}).json()
+        faithfulness = result["evaluation"]["metrics"]["faithfulness"]
+        assert faithfulness["scorer"] == "local-v1" and "llm judge reply invalid" in faithfulness["reason"]
+        assert result["outcome"] == "answered"

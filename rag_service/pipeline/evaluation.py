@@ -27,10 +27,14 @@ from rag_service.domain import (
     MetricScore,
 )
 from rag_service.pipeline.intent import IntentParser
+from rag_service.prompts.registry import Prompt
 from rag_service.review.gate import GatePolicy, gate
 from rag_service.scoring.evidence import ScoringInput
 from rag_service.scoring.freshness import DEFAULT_HALF_LIFE_DAYS
+from rag_service.scoring.judge import ChatModel, judge_variables
+from rag_service.scoring.llm_grading import llm_grade
 from rag_service.scoring.local import DEFAULT_WEIGHTS, score_metrics
+from rag_service.scoring.ragas_scores import RagasConfig
 
 log = logging.getLogger(__name__)
 
@@ -106,3 +110,20 @@ async def evaluate_answer(evaluator: AnswerEvaluator, parser: IntentParser, requ
                                         now=now)
     combined = await evaluator.with_llm(inp, graded)
     return (combined[0] if combined else graded).report
+
+
+def llm_grader(model: ChatModel | None, prompt: Prompt, ragas: RagasConfig | None, embed: Embed | None,
+               budget_s: float) -> LLMGrader | None:
+    """The LLM half of the evaluator: the ``judge_cot`` judge (when ``model`` is given) and ragas
+    (when configured), combined with the local scores (60% judge, 40% ragas where both scored;
+    the local score, with the reason the judge gave none, elsewhere). None when neither is on."""
+    if model is None and ragas is None:
+        return None
+
+    async def grade(inp: ScoringInput, local: Sequence[MetricScore]) -> tuple[list[MetricScore], list[str]]:
+        messages = prompt.render(**judge_variables(inp)) if model is not None else None
+        grades = await llm_grade(inp, model=model, messages=messages, ragas_config=ragas, embed=embed,
+                                 budget_s=budget_s)
+        return grades.combined(local), grades.notes
+
+    return grade

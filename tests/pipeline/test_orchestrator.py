@@ -158,8 +158,8 @@ async def test_an_answer_runs_the_plan_and_logs_a_masked_record() -> None:
                                          events, NOW)
     assert result.outcome == "answered" and result.generator == "extractive"
     assert "[1]" in result.answer and result.citations[0].source_uri == "dough.md"
-    assert [s.kind for s in result.steps] == ["guardrails", "intent", "route", "retrieve", "generate", "verify", "evaluate",
-                                              "persist"]
+    assert [s.kind for s in result.steps] == ["guardrails", "intent", "route", "retrieve", "generate", "verify",
+                                              "evaluate", "persist"]
     assert result.route.guidelines_version == 7
     kinds = events.kinds()
     assert kinds.index("intent") < kinds.index("route") < kinds.index("plan") < kinds.index("retrieval")
