@@ -115,6 +115,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="at most this many questions (0: all)")
     parser.add_argument("--similarity", action="store_true", help="add the embedder's cosine to relevance")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-quotes", action="store_true",
+                        help="do not count a word-for-word quote as support: measures the evidence checks alone "
+                             "(the faithful answers here are quotes)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
 
@@ -145,7 +148,8 @@ def main() -> None:
         for side in ("faithful", "unfaithful"):
             t0 = time.perf_counter()
             inp = ScoringInput(question=pair["question"], answer=pair[side], contexts=contexts,
-                               similarity=sims.get(f"{pair['question']}\x00{pair[side]}"))
+                               similarity=sims.get(f"{pair['question']}\x00{pair[side]}"),
+                               quotes_count=not args.no_quotes)
             scored[side] = {s.metric: s.value for s in score_metrics(inp)}
             timings.append((time.perf_counter() - t0) * 1000)
         for metric in METRICS:

@@ -145,7 +145,7 @@ class Runtime:
             generator=LLMGenerator(self.llm) if self.llm is not None else None,
             parser=self.intent_parser, intent_llm=self.llm,
             evaluator=self.evaluator,
-            config=PipelineConfig(retrieve_budget_s=s.query_retrieve_budget_s, evaluate_budget_s=s.eval_judge_budget_s,
+            config=PipelineConfig(retrieve_budget_s=s.query_retrieve_budget_s, judge_budget_s=s.eval_judge_budget_s,
                                   generate_budget_s=s.query_generate_budget_s, history_turns=s.conversation_turns,
                                   candidates=s.query_retrieval_candidates, strategies=s.default_strategies),
         )

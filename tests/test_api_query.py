@@ -313,7 +313,8 @@ def llm_server():
 def llm_client(databases, llm_server):
     url = databases.create()
     settings = load_settings(database_url=url, serve_worker="on", worker_heartbeat_s=1, llm_base_url=llm_server.url,
-                             llm_api_key="k", llm_timeout_s=1.5, adaptive_retrieval=False)
+                             llm_api_key="k", llm_timeout_s=1.5, adaptive_retrieval=False,
+                             eval_llm_judge=False, eval_ragas=False)
     with TestClient(create_app(settings)) as test_client:
         _ingest(test_client, "kb")
         yield test_client

@@ -381,3 +381,14 @@ def test_grants() -> None:
     assert Caller(role="ingester").can("reader") and not Caller(role="ingester").can("reviewer")
     assert Caller(role="reviewer").can("reader") and not Caller(role="reviewer").can("admin")
     assert all(LOCAL_ADMIN.can(r) for r in ROLES) and LOCAL_ADMIN.label == "local admin"
+
+
+def test_a_proxied_request_is_never_the_local_admin(migrated_url: str) -> None:
+    from fastapi.testclient import TestClient
+
+    from rag_service.api import create_app
+    from rag_service.config import load_settings
+
+    with TestClient(create_app(load_settings(database_url=migrated_url, serve_worker="off"))) as client:
+        headers = {"X-Forwarded-For": "203.0.113.7"}
+        assert client.get("/v1/guidelines", headers=headers).status_code == 401

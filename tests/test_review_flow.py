@@ -117,9 +117,11 @@ def test_hold_mode_keeps_a_weak_answer_until_a_reviewer_decides(databases, llm_s
         _ingest(client, "kb")
         llm_server.queue(WRONG)
         events = []
+        raw = []
         with client.stream("POST", "/v1/query/stream", json={"question": "What was max_connections raised to?",
                                                              "collection": "kb"}) as response:
             for line in response.iter_lines():
+                raw.append(line)
                 if line.startswith("event:"):
                     events.append(line.split(":", 1)[1].strip())
                 elif line.startswith("data:") and events[-1] == "done":
@@ -127,6 +129,8 @@ def test_hold_mode_keeps_a_weak_answer_until_a_reviewer_decides(databases, llm_s
         assert "token" not in events and "citation" not in events  # nothing of the held answer leaks
         assert held["outcome"] == "pending_review" and held["review_id"] and held["citations"] == []
         assert "900" not in held["answer"] and "/v1/answers/" in held["answer"]
+        assert "to 900" not in "\n".join(raw)  # not in tokens, citations, the grades' reasons: nowhere
+        assert held["evaluation"]["overall"] < 0.8 and held["evaluation"]["reasons"] == ["held for review"]
 
         view = client.get(f"/v1/answers/{held['query_id']}").json()
         assert view["status"] == "pending_review"

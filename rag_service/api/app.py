@@ -50,6 +50,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await queue.close_async()
+            if "pipeline" in runtime.__dict__:  # late LLM gradings get a moment to store their grades
+                await runtime.pipeline.drain(timeout_s=10)
             await runtime.close()
 
     app = FastAPI(

@@ -97,7 +97,9 @@ async def authenticate(request: Request, role: Role) -> Caller:
         if caller is None:
             raise UnauthorizedError(f"the API key is unknown or revoked; {_create_hint(role)}")
         return caller
-    if is_loopback(runtime.settings.host) and not await runtime.keys.any_active():
+    # A request relayed by a proxy on this machine comes from elsewhere: it is never the local admin.
+    relayed = any(h in request.headers for h in ("forwarded", "x-forwarded-for", "x-real-ip"))
+    if is_loopback(runtime.settings.host) and not relayed and not await runtime.keys.any_active():
         _announce_local_admin()
         return LOCAL_ADMIN
     raise UnauthorizedError(f"this request needs an API key with the {role} role: {_create_hint(role)}")

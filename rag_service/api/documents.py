@@ -143,10 +143,10 @@ async def get_document(document_id: uuid.UUID, runtime: RuntimeDep, caller: Read
 @router.delete("/documents/{document_id}", status_code=204, summary="Delete a document and its chunks",
                responses={404: {"description": "No such document"}}, **role("ingester"))
 async def delete_document(document_id: uuid.UUID, runtime: RuntimeDep, caller: IngesterDep) -> Response:
-    if caller.collections is not None:
+    if not caller.local:  # a key deletes only what it may read
         found = await runtime.catalog.get(document_id)
         if found is not None:
-            check_collection(caller, found[0].collection)
+            check_readable(caller, found[0].collection, found[0].acl, f"document {document_id}")
     if not await runtime.store.delete_document(document_id):
         raise NotFoundError(f"no document {document_id}")
     return Response(status_code=204)

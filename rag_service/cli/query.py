@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -12,7 +12,10 @@ from rich.table import Table
 from rich.text import Text
 
 from rag_service.cli.common import JsonFlag, app, emit_json, handle_errors, model_json, stderr, validated
-from rag_service.domain import EvaluateRequest, QueryRequest, SearchFilters, SearchRequest
+from rag_service.domain import EvaluateRequest, QueryRequest, QueryResult, SearchFilters, SearchRequest
+
+if TYPE_CHECKING:
+    from rag_service.runtime import Runtime
 
 
 @app.command()
@@ -74,7 +77,12 @@ def ask(
     Without an LLM configured the answer is extractive: the best sentences, cited."""
     request = validated(lambda: QueryRequest(question=question, collection=collection,
                                               conversation_id=conversation, principals=principal or []))
-    result = model_json(lambda runtime: runtime.pipeline.run(request))
+    async def answer(runtime: Runtime) -> QueryResult:
+        result = await runtime.pipeline.run(request)
+        await runtime.pipeline.drain(timeout_s=runtime.settings.eval_judge_budget_s)  # the LLM grades, if any
+        return result
+
+    result = model_json(answer)
     if as_json:
         emit_json(result)
         return

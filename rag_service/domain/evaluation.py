@@ -94,6 +94,7 @@ class EvidenceContext(BaseModel):
 
 MAX_EVAL_CONTEXTS = 50
 MAX_EVAL_TEXT_CHARS = 20_000
+MAX_EVAL_TOTAL_CHARS = 200_000
 
 
 class EvaluateRequest(BaseModel):
@@ -119,4 +120,7 @@ class EvaluateRequest(BaseModel):
             if len(c.text) > MAX_EVAL_TEXT_CHARS:
                 raise ValueError(f"context {i} is longer than {MAX_EVAL_TEXT_CHARS} characters; send the passage "
                                  "the answer used, not the whole document")
+        if sum(len(c.text) for c in self.evidence()) > MAX_EVAL_TOTAL_CHARS:
+            raise ValueError(f"the contexts hold more than {MAX_EVAL_TOTAL_CHARS} characters together; send the "
+                             "passages the answer used")
         return self

@@ -9,6 +9,7 @@ the answer was delivered.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,9 @@ from rag_service.scoring.local import DEFAULT_WEIGHTS, score_metrics
 from rag_service.scoring.ragas_scores import RagasConfig
 
 log = logging.getLogger(__name__)
+# An answer with its handful of chunks (the pipeline's case) is about 3,000 characters and scores in
+# about a millisecond; beyond this, scoring runs in a worker thread.
+OFFLOAD_ABOVE_CHARS = 20_000
 
 Embed = Callable[[Sequence[str]], Awaitable[np.ndarray]]
 # (input, local scores) -> the combined scores and notes; scorer names say which parts judged.
@@ -85,7 +89,13 @@ class AnswerEvaluator:
                     now: datetime | None = None) -> tuple[ScoringInput, Graded]:
         inp = ScoringInput(question=question, answer=answer, contexts=contexts, parts=parts, reference=reference,
                            now=now, claims=claims, similarity=await self.similarity(question, answer))
-        return inp, self.grade(score_metrics(inp, self.half_life_days))
+        size = len(answer) + sum(len(c.text) for c in contexts)
+        if size > OFFLOAD_ABOVE_CHARS:
+            # Long inputs (from /v1/evaluate) take tens of milliseconds or more of pure CPU: off the loop.
+            scores = await asyncio.to_thread(score_metrics, inp, self.half_life_days)
+        else:
+            scores = score_metrics(inp, self.half_life_days)
+        return inp, self.grade(scores)
 
     def grade(self, scores: Sequence[MetricScore]) -> Graded:
         evaluation = Evaluation.from_scores(scores, self.weights)

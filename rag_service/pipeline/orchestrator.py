@@ -57,6 +57,7 @@ from rag_service.pipeline.results import (
     intersect_dates,
     log_entry,
     lowest,
+    masked_report,
     merge_contexts,
     question_hash,
     retrieval_summary,
@@ -87,7 +88,11 @@ class PipelineConfig:
     # An answer uses a handful of chunks, so each strategy's list can be shorter than a search's:
     # on XQuAD 40 instead of 100 kept the citation hit rate and raised throughput by a third.
     candidates: int = 40
-    evaluate_budget_s: float = 60.0  # local grading takes milliseconds; the LLM judge (hold mode) more
+    # Local grading takes milliseconds; the LLM judge and ragas get judge_budget_s, and the step
+    # (which waits for them in hold mode) a margin on top so the judge's timeout, not the step's, fires.
+    judge_budget_s: float = 60.0
+    evaluate_margin_s: float = 10.0
+    max_late_gradings: int = 32  # LLM gradings after delivery running at once; more are skipped (logged)
     strategies: tuple[str, ...] | None = None  # for routes that name none (None: every registered one)
 
 
@@ -179,6 +184,8 @@ class QueryPipeline:
         graded = grading.get("graded")
         if isinstance(graded, Graded) and graded.verdict.hold and graded.verdict.needs_review:
             _hold(result, graded)
+        if any(r.kind == "persist" and r.status == "failed" for r in run.records):
+            result.review_id = None  # nothing was queued: do not hand out an id that leads nowhere
         if isinstance(grading.get("later"), ScoringInput) and isinstance(graded, Graded):
             self._grade_later(grading["later"], graded, result, request.collection,  # type: ignore[arg-type]
                               question_hash(checked.masked))
@@ -192,11 +199,15 @@ class QueryPipeline:
         """The LLM judge and ragas after the answer went out: their grades are stored beside the
         local ones, and queue the answer if they find it weak where the local scores did not."""
         prompt = result.prompt or {}
+        if len(self._background) >= self.config.max_late_gradings:
+            log.warning("LLM grading of answer %s skipped: %d gradings already running", result.query_id,
+                        len(self._background))
+            return
 
         async def grade() -> None:
             try:
                 combined = await asyncio.wait_for(self.evaluator.with_llm(inp, local),
-                                                  self.config.evaluate_budget_s)
+                                                  self.config.judge_budget_s + self.config.evaluate_margin_s)
                 if combined is None:
                     return
                 graded, notes = combined
@@ -204,7 +215,7 @@ class QueryPipeline:
                     log.info("LLM grading of %s: %s", result.query_id, "; ".join(notes))
                 await self._log.record_grades(
                     result.query_id, collection=collection, question_hash=hashed_question,
-                    report=graded.report, trigger=trigger_for(graded.verdict, graded.evaluation),
+                    report=masked_report(graded.report), trigger=trigger_for(graded.verdict, graded.evaluation),
                     prompt_name=prompt.get("name"), prompt_version=prompt.get("version"))
             except Exception:  # the caller has its answer; a failed late grading is logged, not raised
                 log.exception("LLM grading of answer %s failed", result.query_id)
@@ -213,10 +224,12 @@ class QueryPipeline:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def drain(self) -> None:
-        """Wait for late gradings still running (tests, shutdown)."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+    async def drain(self, timeout_s: float | None = None) -> None:
+        """Wait for late gradings still running (shutdown, one-shot CLI runs), at most ``timeout_s``."""
+        if self._background:
+            _, pending = await asyncio.wait(list(self._background), timeout=timeout_s)
+            if pending:
+                log.warning("%d LLM gradings still running at shutdown; their grades are lost", len(pending))
 
     async def _parse(self, request: QueryRequest, question: str, now: datetime) -> Intent:
         turns = (await self._log.turns(request.conversation_id, request.collection, request.principals,
@@ -346,8 +359,13 @@ class QueryPipeline:
                 parts=intent.sub_questions, claims=answer.claims, now=now)
             if holds and self.evaluator.llm_grader is not None:
                 # The gate decides on the best grades there are: the judge's, when it answers in time.
-                combined = await self.evaluator.with_llm(inp, graded)
-                graded = combined[0] if combined else graded
+                try:
+                    combined = await asyncio.wait_for(self.evaluator.with_llm(inp, graded),
+                                                      self.config.judge_budget_s)
+                    graded = combined[0] if combined else graded
+                except TimeoutError:
+                    log.warning("LLM grading took over %.0f s; the gate decides on the local grades",
+                                self.config.judge_budget_s)
             elif self.evaluator.llm_grader is not None:
                 grading["later"] = inp
             grading["graded"] = graded
@@ -356,11 +374,13 @@ class QueryPipeline:
             result.evaluation = report
             if graded.verdict.needs_review:
                 result.review_id = uuid.uuid4()
-            await run.emit("evaluation", report.model_dump(mode="json"))
+            if not graded.verdict.hold:  # a held answer's grades quote it: the caller sees them redacted
+                await run.emit("evaluation", report.model_dump(mode="json"))
             return report
 
-        steps.append(Step("evaluate", "evaluate", evaluate, depends_on=("verify",),
-                          budget_s=self.config.evaluate_budget_s))
+        # Grading never costs the caller an answer, except in hold mode, where the gate needs it.
+        steps.append(Step("evaluate", "evaluate", evaluate, depends_on=("verify",), soft=not holds,
+                          budget_s=self.config.judge_budget_s + self.config.evaluate_margin_s))
         steps.append(dataclasses.replace(persist, depends_on=("evaluate",)))
         return Plan(tuple(steps))
 
@@ -379,6 +399,11 @@ def _hold(result: QueryResult, graded: Graded) -> None:
     result.answer = template.replace("{id}", str(result.query_id))
     result.short_answer = None
     result.citations, result.claims, result.reasoning_steps = [], [], []
+    if result.evaluation is not None:  # values only: reasons quote the held answer
+        result.evaluation = result.evaluation.model_copy(update={
+            "reasons": ["held for review"],
+            "metrics": {m: v.model_copy(update={"reason": "withheld until a reviewer decides."})
+                        for m, v in result.evaluation.metrics.items()}})
 
 
 def _scope(request: QueryRequest, question: str) -> RetrievalRequest:

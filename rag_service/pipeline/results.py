@@ -12,6 +12,7 @@ from typing import Any
 from rag_service.domain import (
     AnswerLogEntry,
     Candidate,
+    EvaluationReport,
     GeneratedAnswer,
     QueryLogEntry,
     QueryRequest,
@@ -107,10 +108,15 @@ def log_entry(request: QueryRequest, masked_question: str, result: QueryResult, 
         outcome=result.outcome, answer=answer,
         subject=mask_pii(result.intent.subject) if result.intent.subject else None,
         question_hash=question_hash(masked_question), api_key_id=api_key_id,
-        evaluation=graded.report if graded is not None else None,
+        evaluation=masked_report(graded.report) if graded is not None else None,
         review=trigger_for(verdict, graded.evaluation) if graded is not None else None,
         review_id=result.review_id,
     )
+
+
+def masked_report(report: EvaluationReport) -> EvaluationReport:
+    """The grades as stored: reasons quote the answer and the question, so they are PII-masked."""
+    return EvaluationReport.model_validate(mask_pii_deep(report.model_dump(mode="json")))
 
 
 def question_hash(question: str) -> str:

@@ -16,11 +16,15 @@ class GatePolicy:
     high_priority_below: float = 0.60
     metric_thresholds: Mapping[str, float] = field(default_factory=dict)
     mode: GateMode = "deliver"
+    # A supported, correct answer is what the service promises: one of these below its own
+    # threshold is reviewed even when the other metrics carry the overall above the gate.
+    always_review: tuple[str, ...] = ("faithfulness", "correctness")
 
 
 def gate(evaluation: Evaluation, policy: GatePolicy) -> GateVerdict:
     """Whether the answer needs review, at which tier, and why. An answer nothing could judge
-    (overall None) is queued: no grade is not a good grade."""
+    (overall None) is queued: no grade is not a good grade. Reasons are given only for answers
+    that need review; flagged metrics are always reported (judge-human agreement counts them)."""
     flagged: list[MetricName] = []
     reasons: list[str] = []
     for score in evaluation.scores:
@@ -29,11 +33,12 @@ def gate(evaluation: Evaluation, policy: GatePolicy) -> GateVerdict:
             flagged.append(score.metric)
             reasons.append(f"{score.metric}: {score.value:.2f} < {threshold:.2f}")
     overall = evaluation.overall
-    if overall is not None and overall >= policy.deliver_at:
-        return GateVerdict(needs_review=False, tier=None, reasons=tuple(reasons), flagged=tuple(flagged))
+    critical = any(m in policy.always_review for m in flagged)
+    if overall is not None and overall >= policy.deliver_at and not critical:
+        return GateVerdict(needs_review=False, tier=None, flagged=tuple(flagged))
     if overall is None:
         reasons.insert(0, "overall: no metric could be judged")
-    else:
+    elif overall < policy.deliver_at:
         reasons.insert(0, f"overall: {overall:.2f} < {policy.deliver_at:.2f}")
     high = overall is None or overall < policy.high_priority_below
     return GateVerdict(needs_review=True, tier="high" if high else "normal", reasons=tuple(reasons),

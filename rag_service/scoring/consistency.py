@@ -12,7 +12,11 @@ from itertools import combinations
 
 from rag_service.domain import MetricScore
 from rag_service.scoring.evidence import LOCAL_SCORER, Passage, ScoringInput, bare
-from rag_service.text.facts import compare, topic_terms
+from rag_service.text.facts import compare, facts, topic_terms
+
+# Pairwise checks grow with the square of the statements: past this many claims only the first
+# ones are compared (an answer that long is rare; /v1/evaluate accepts long ones).
+MAX_CLAIMS = 40
 
 SAME_TOPIC = 0.5  # Jaccard similarity of topic terms above which two statements speak of the same thing
 
@@ -23,7 +27,8 @@ def _same_topic(a: frozenset[str], b: frozenset[str]) -> bool:
 
 def _conflict(a: str, b: str) -> str | None:
     check = compare(a, b)
-    numeric = [v for v in check.contradicted if v[:1].isdigit() or len(v) == 3]  # numbers, months
+    stated = facts(a)
+    numeric = [v for v in check.contradicted if v in stated.numbers or v in stated.dates]  # not names
     if numeric:
         return f"{', '.join(numeric)} against another value"
     if check.negation_mismatch:
@@ -32,7 +37,7 @@ def _conflict(a: str, b: str) -> str | None:
 
 
 def score(inp: ScoringInput) -> MetricScore:
-    claims = [bare(c) for c in inp.checkable_claims]
+    claims = [bare(c) for c in inp.checkable_claims][:MAX_CLAIMS]
     if not claims:
         return MetricScore(metric="consistency", value=None, reason="the answer has no content to judge.",
                            scorer=LOCAL_SCORER)
@@ -56,8 +61,9 @@ def score(inp: ScoringInput) -> MetricScore:
                 if (why := _conflict(a.text, b.text)) is not None:
                     conflicts.append(f"sources [{a.context + 1}] and [{b.context + 1}] disagree ({why})")
     if not compared:
-        return MetricScore(metric="consistency", value=1.0, scorer=LOCAL_SCORER,
-                           reason="no two statements speak of the same thing, so none contradict.")
+        # Nothing to compare is no evidence of consistency: leave the metric out of the overall.
+        return MetricScore(metric="consistency", value=None, scorer=LOCAL_SCORER,
+                           reason="no two statements (in the answer or its sources) speak of the same thing.")
     value = 1 - len(conflicts) / compared
     reason = conflicts[0] if conflicts else f"{compared} related statements checked, none contradict"
     return MetricScore(metric="consistency", value=round(value, 4), reason=reason + ".", scorer=LOCAL_SCORER)

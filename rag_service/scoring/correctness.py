@@ -45,7 +45,7 @@ def claim_correctness(inp: ScoringInput, claim: str) -> tuple[float, str]:
     aligned = inp.align(claim)
     if not aligned.found:
         return 0.0, "no evidence found"
-    check = compare(claim, aligned.window_text)
+    check = compare(claim, aligned.window_text, aligned.sentence.text if aligned.sentence else None)
     if check.checked == 0:
         return aligned.overlap, "no facts; judged by wording"
     right = len(check.agreed)

@@ -29,14 +29,18 @@ def score(inp: ScoringInput) -> MetricScore:
     if not sentences:
         return MetricScore(metric="coverage", value=None, reason="the answer has no content to judge.",
                            scorer=LOCAL_SCORER)
-    best = [max(_covers(part, s) for s in sentences) for part in inp.parts]
+    parts = [p for p in inp.parts if content_terms(p) or expected_kind(p)]
+    if not parts:
+        return MetricScore(metric="coverage", value=None, scorer=LOCAL_SCORER,
+                           reason="the question has no content words to check coverage against.")
+    best = [max(_covers(part, s) for s in sentences) for part in parts]
     per_part = [min(1.0, b / COVERED) for b in best]
     value = sum(per_part) / len(per_part)
-    missing = [p for p, v in zip(inp.parts, per_part, strict=True) if v < 1.0]
-    if len(inp.parts) == 1:
+    missing = [p for p, v in zip(parts, per_part, strict=True) if v < 1.0]
+    if len(parts) == 1:
         reason = "the question is answered" if not missing else "the answer only partly takes up the question"
     else:
-        reason = f"{len(inp.parts) - len(missing)} of {len(inp.parts)} question parts answered"
+        reason = f"{len(parts) - len(missing)} of {len(parts)} question parts answered"
         if missing:
             reason += f"; missing: \"{missing[0][:60]}\""
     return MetricScore(metric="coverage", value=round(value, 4), reason=reason + ".", scorer=LOCAL_SCORER)

@@ -10,18 +10,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cached_property, lru_cache
+from functools import cached_property
 
 from rag_service.domain import Claim, EvidenceContext
 from rag_service.text.citations import cited_numbers, strip_markers, verify_claims
 from rag_service.text.facts import Facts, facts, tokens
 from rag_service.text.sentences import split_sentences
-from rag_service.text.terms import STOP_WORDS, stem
+from rag_service.text.terms import STOP_WORDS, cache_short_texts, stem
 
 LOCAL_SCORER = "local-v1"
 
 
-@lru_cache(maxsize=65_536)
+@cache_short_texts(maxsize=65_536)
 def content_terms(text: str) -> frozenset[str]:
     """Stemmed content words and numbers of any script (stop words dropped)."""
     return frozenset(stem(w) for w in tokens(text) if w.lower() not in STOP_WORDS)
@@ -79,6 +79,9 @@ class ScoringInput:
     now: datetime | None = None
     similarity: float | None = None
     claims: Sequence[Claim] | None = None  # precomputed by the generator; else derived here
+    # A word-for-word quote counts as fully supported; benchmarks switch this off to measure the
+    # evidence checks on their own.
+    quotes_count: bool = True
     _cache: dict[str, object] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -118,8 +121,11 @@ class ScoringInput:
 
     def verbatim(self, claim: str) -> bool:
         """The claim appears word for word in a context."""
-        needle = normalise(claim)
-        return bool(needle) and any(needle in normalise(c.text) for c in self.contexts)
+        if not self.quotes_count:
+            return False
+        needle = f" {normalise(claim)} "
+        # Whole words only: "window is 3" is not a quote of "window is 30 days".
+        return needle.strip() != "" and any(needle in f" {normalise(c.text)} " for c in self.contexts)
 
     def align(self, claim: str, contexts: Sequence[int] | None = None) -> Alignment:
         """The best-matching sentence (by shared terms; ties to the earlier one) in the given

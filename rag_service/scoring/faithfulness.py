@@ -26,7 +26,7 @@ def claim_support(inp: ScoringInput, claim: str) -> tuple[float, str]:
     aligned = inp.align(claim)
     if not aligned.found:
         return 0.0, "no context shares its words"
-    check = compare(claim, aligned.window_text)
+    check = compare(claim, aligned.window_text, aligned.sentence.text if aligned.sentence else None)
     value = aligned.overlap * CONTRADICTED ** len(check.contradicted) * UNSTATED ** len(check.unverifiable)
     if check.negation_mismatch:
         value *= NEGATION

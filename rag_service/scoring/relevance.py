@@ -43,7 +43,7 @@ def has_new_fact(kind: str, answer: str, question: str) -> bool:
     return bool(said.of_kind(kind) - asked.of_kind(kind))
 
 
-def part_relevance(inp: ScoringInput, part: str, answer: str | None = None) -> tuple[float, dict[str, float]]:
+def part_relevance(inp: ScoringInput, part: str, answer: str | None = None) -> tuple[float | None, dict[str, float]]:
     """(value, the signals) for one question part against the answer (or a piece of it)."""
     answer = strip_markers(inp.answer if answer is None else answer)
     asked = content_terms(part)
@@ -56,8 +56,8 @@ def part_relevance(inp: ScoringInput, part: str, answer: str | None = None) -> t
         signals["kind"] = 1.0 if has_new_fact(kind, answer, part) else 0.0
     if inp.similarity is not None:
         signals["similarity"] = max(0.0, min(1.0, inp.similarity))
-    if not signals:
-        return 0.0, signals
+    if not signals or ("terms" not in signals and "kind" not in signals):
+        return None, signals  # "Why?": nothing in the part to compare the answer with
     total = sum(WEIGHTS[k] for k in signals)
     return sum(WEIGHTS[k] * v for k, v in signals.items()) / total, signals
 
@@ -66,7 +66,10 @@ def score(inp: ScoringInput) -> MetricScore:
     if not content_terms(strip_markers(inp.answer)):
         return MetricScore(metric="relevance", value=None, reason="the answer has no content to judge.",
                            scorer=LOCAL_SCORER)
-    judged = [(part, *part_relevance(inp, part)) for part in inp.parts]
+    judged = [(part, v, s) for part in inp.parts for v, s in [part_relevance(inp, part)] if v is not None]
+    if not judged:
+        return MetricScore(metric="relevance", value=None, scorer=LOCAL_SCORER,
+                           reason="the question has no content words to compare the answer with.")
     value = sum(v for _, v, _ in judged) / len(judged)
     weakest, low, signals = min(judged, key=lambda j: j[1])
     shown = ", ".join(f"{k} {v:.2f}" for k, v in signals.items())

@@ -9,11 +9,10 @@ between an answer and the passage it rests on; nothing here knows any dataset.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import regex
 
-from rag_service.text.terms import STOP_WORDS, stem
+from rag_service.text.terms import STOP_WORDS, cache_short_texts, stem
 
 FactKind = str  # "number" | "date" | "name"
 
@@ -68,14 +67,19 @@ def tokens(text: str) -> list[str]:
 
 def _number(token: str) -> str | None:
     if token[0].isdigit():
-        # "1,000" and "1000" are one number; "3.5" keeps its point. A trailing separator is punctuation.
+        # "1,000" and "1000" are one number, as are "1,000.50" and "1.000,50" (the separator that
+        # comes last is the decimal one); "3,5" is a decimal comma.
+        if "," in token and "." in token:
+            decimal = "." if token.rfind(".") > token.rfind(",") else ","
+            whole, _, fraction = token.rpartition(decimal)
+            return whole.replace(",", "").replace(".", "") + "." + fraction
         if regex.fullmatch(r"\d{1,3}(?:,\d{3})+", token):
             return token.replace(",", "")
         return token.replace(",", ".")
     return _NUMBER_WORDS.get(token.lower())
 
 
-@lru_cache(maxsize=16_384)
+@cache_short_texts(maxsize=16_384)
 def facts(text: str) -> Facts:
     found = list(_TOKEN.finditer(text))
     words = [m.group(0) for m in found]
@@ -108,7 +112,7 @@ def facts(text: str) -> Facts:
     return Facts(frozenset(numbers), frozenset(dates), frozenset(names), negated)
 
 
-@lru_cache(maxsize=16_384)
+@cache_short_texts(maxsize=16_384)
 def canonical_tokens(text: str) -> tuple[str | None, ...]:
     """Each token as facts() names it (numbers normalised, months abbreviated, words stemmed and
     lower-cased); None for stop words, which never anchor a fact."""
@@ -185,11 +189,13 @@ class FactCheck:
         return len(self.agreed) + len(self.contradicted) + len(self.unverifiable) + int(self.negation_mismatch)
 
 
-def compare(claim_text: str, evidence_text: str) -> FactCheck:
+def compare(claim_text: str, evidence_text: str, negation_text: str | None = None) -> FactCheck:
     """Each fact of the claim as agreed (stated in the evidence, in the same place when the place
     can be found), contradicted (another value in its place, or another fact of the same kind and
     not this one) or unverifiable (the evidence states nothing of that kind). A name also agrees when the evidence
-    uses the word uncapitalised or at a sentence start."""
+    uses the word uncapitalised or at a sentence start. Negation is compared with
+    ``negation_text`` (the one aligned sentence) when given: a "not" in a neighbouring sentence
+    says nothing about this claim."""
     claim, evidence = facts(claim_text), facts(evidence_text)
     evidence_words = {t for t in canonical_tokens(evidence_text) if t is not None}
     agreed: list[str] = []
@@ -205,4 +211,5 @@ def compare(claim_text: str, evidence_text: str) -> FactCheck:
             contradicted.append(value)
         else:
             unverifiable.append(value)
-    return FactCheck(tuple(agreed), tuple(contradicted), tuple(unverifiable), claim.negated != evidence.negated)
+    negated = evidence.negated if negation_text is None else facts(negation_text).negated
+    return FactCheck(tuple(agreed), tuple(contradicted), tuple(unverifiable), claim.negated != negated)

@@ -5,7 +5,9 @@ with Snowball English (PyStemmer), the same stemmer PostgreSQL's ``english`` tex
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from collections.abc import Callable
+from functools import lru_cache, wraps
+from typing import TypeVar
 
 import Stemmer
 
@@ -22,6 +24,27 @@ STOP_WORDS = _words(
     "our your my me us than then so such also very just only any some all each other more most many much"
 )
 _STEMMER = Stemmer.Stemmer("english")
+
+
+T = TypeVar("T")
+SHORT_TEXT = 2_000  # texts up to this long are cached (sentences, claims); whole documents are not
+
+
+def cache_short_texts(maxsize: int) -> Callable[[Callable[[str], T]], Callable[[str], T]]:
+    """An LRU cache for a function of one text that leaves long texts out, so the cache's memory
+    stays bounded (maxsize x SHORT_TEXT characters) whatever callers send."""
+
+    def decorate(fn: Callable[[str], T]) -> Callable[[str], T]:
+        cached = lru_cache(maxsize=maxsize)(fn)
+
+        @wraps(fn)
+        def call(text: str) -> T:
+            return cached(text) if len(text) <= SHORT_TEXT else fn(text)
+
+        call.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+        return call
+
+    return decorate
 
 
 @lru_cache(maxsize=65_536)

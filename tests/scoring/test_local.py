@@ -139,10 +139,36 @@ def test_scores_are_in_range_or_none_and_overall_between_min_and_max(answer: str
 def test_a_low_overall_always_asks_for_review(values: list[float | None]) -> None:
     scores = [MetricScore(metric=m, value=v, reason="r", scorer="t") for m, v in zip(METRICS, values, strict=True)]
     evaluation = Evaluation.from_scores(scores, DEFAULT_WEIGHTS)
-    verdict = gate(evaluation, GatePolicy())
+    verdict = gate(evaluation, GatePolicy(metric_thresholds={"faithfulness": 0.8, "correctness": 0.8,
+                                                             "relevance": 0.6}))
+    critical = verdict.flagged and set(verdict.flagged) & {"faithfulness", "correctness"}
     if evaluation.overall is None or evaluation.overall < 0.8:
         assert verdict.needs_review and verdict.tier in {"high", "normal"}
         assert verdict.reasons[0].startswith("overall")
         assert (verdict.tier == "high") == (evaluation.overall is None or evaluation.overall < 0.6)
+    elif critical:
+        assert verdict.needs_review and verdict.tier == "normal" and verdict.reasons
     else:
-        assert not verdict.needs_review and verdict.tier is None
+        assert not verdict.needs_review and verdict.tier is None and verdict.reasons == ()
+
+
+def test_review_findings_stay_fixed() -> None:
+    # a prefix of a number is not a quote
+    assert value(faithfulness, "The refund window is 3 [1].") < 0.8
+    # a "not" in the neighbouring sentence does not count against a claim
+    assert value(faithfulness, "Refunds are paid to the original card within 5 business days [1].") == 1.0
+    paraphrase = "Refunds go back to the original card within 5 business days [1]."
+    assert value(correctness, paraphrase) == 1.0
+    # names are not numeric conflicts; nothing comparable is not "consistent"
+    assert value(consistency, "Bob met Ann in Rome. Bob met Eve in Rome.", contexts=["Bob met Ann in Rome."]) == 1.0
+    assert value(consistency, "The refund window is 30 days [1].", contexts=[]) is None
+    # a question with no content words cannot be judged for relevance
+    assert value(relevance, "Because the card was refunded [1].", question="Why?") is None
+    assert facts("1,000.50 or 1.000,50").numbers == {"1000.50"}
+
+
+def test_a_flagged_faithfulness_is_reviewed_even_with_a_high_overall() -> None:
+    scores = [MetricScore(metric=m, value=0.3 if m == "faithfulness" else 1.0, reason="r", scorer="t")
+              for m in METRICS]
+    verdict = gate(Evaluation.from_scores(scores, DEFAULT_WEIGHTS), GatePolicy(metric_thresholds={"faithfulness": 0.8}))
+    assert verdict.needs_review and verdict.tier == "normal" and verdict.reasons == ("faithfulness: 0.30 < 0.80",)

@@ -48,7 +48,10 @@ async def enqueue(conn: AsyncConnection, *, query_id: uuid.UUID, collection: str
         "tier = CASE WHEN EXCLUDED.tier = 'high' THEN 'high' ELSE review_items.tier END, "
         "trigger = CASE WHEN position(EXCLUDED.trigger IN review_items.trigger) > 0 THEN review_items.trigger "
         "ELSE review_items.trigger || '+' || EXCLUDED.trigger END, "
-        "overall = COALESCE(EXCLUDED.overall, review_items.overall), updated_at = now() "
+        "overall = COALESCE(EXCLUDED.overall, review_items.overall), updated_at = now(), "
+        # A user flagging an answer whose review expired unreviewed puts it back in the queue.
+        "status = CASE WHEN review_items.status = 'expired' THEN 'pending' ELSE review_items.status END, "
+        "created_at = CASE WHEN review_items.status = 'expired' THEN now() ELSE review_items.created_at END "
         "RETURNING id"),
         {"id": item_id or uuid.uuid4(), "query_id": query_id, "collection": collection, "question_hash": question_hash,
          # Distinct and sorted, as the conflict branch leaves them: the first trigger and later
