@@ -131,8 +131,10 @@ class Settings(BaseSettings):
     )
     eval_freshness_half_life_days: float = Field(
         default=365.0, gt=0, description="A cited document this old scores 0.5 on freshness.")
-    eval_similarity: bool = Field(default=True, description="Relevance also uses the local embedder's "
-                                                            "question-answer cosine (one short embedding per answer).")
+    # Off by default: one more embedding per answer cost 30 ms of p95 and a third of the throughput
+    # at concurrency 16 on XQuAD (docs/benchmarks.md), for relevance the lexical signals already judge.
+    eval_similarity: bool = Field(default=False, description="Relevance also uses the local embedder's "
+                                                             "question-answer cosine (one embedding per answer).")
     eval_llm_judge: bool = Field(default=True, description="With an LLM configured, also grade with the LLM judge.")
     eval_ragas: bool = Field(default=True, description="With an LLM configured, also grade with ragas "
                                                        "(needs the ragas extra).")
