@@ -2,9 +2,9 @@
 (review/gate.py) decides whether it goes out, goes out and to a reviewer, or waits for one.
 
 The local scores are computed inline (about a millisecond of text work; with
-RAGSVC_EVAL_SIMILARITY one more embedding, of question and answer, for relevance). The LLM judge and ragas, when an LLM is configured, are
-slow; ``llm_grader`` runs them, inline in hold mode (the gate needs them) and otherwise after
-the answer was delivered.
+RAGSVC_EVAL_SIMILARITY one more embedding, of question and answer, for relevance). The LLM judge
+and ragas, when an LLM is configured, are slow; ``llm_grader`` runs them, inline in hold mode (the
+gate needs them) and otherwise after the answer was delivered.
 """
 
 from __future__ import annotations
