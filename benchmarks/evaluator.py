@@ -66,7 +66,7 @@ def build_pairs(rows: list[dict], seed: int = 0) -> list[dict]:
         if kind:
             by_kind[kind].append(row["answers"][0])
     sentences_by_title: dict[str, list[str]] = defaultdict(list)
-    for context in {(r["title"], r["context"]) for r in rows}:
+    for context in sorted({(r["title"], r["context"]) for r in rows}):  # sorted: same pairs every run
         sentences_by_title[context[0]].extend(s.text for s in split_sentences(context[1]) if len(s.text.split()) >= 6)
     titles = sorted(sentences_by_title)
     pairs: list[dict] = []

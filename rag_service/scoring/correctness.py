@@ -10,10 +10,10 @@ is judged by its wording alone (the share of its terms the evidence holds).
 from __future__ import annotations
 
 from rag_service.domain import MetricScore
-from rag_service.scoring.evidence import LOCAL_SCORER, ScoringInput, bare, content_terms
+from rag_service.scoring.evidence import LOCAL_SCORER, ScoringInput, bare, content_terms, evidence_for
 from rag_service.scoring.faithfulness import _short
 from rag_service.text.citations import strip_markers
-from rag_service.text.facts import compare, facts
+from rag_service.text.facts import FactCheck, compare, facts
 
 # An unstated fact counts half against a claim: it may be true, but nothing here says so.
 UNSTATED_WEIGHT = 0.5
@@ -40,12 +40,12 @@ def _against_reference(inp: ScoringInput, reference: str) -> MetricScore:
 
 
 def claim_correctness(inp: ScoringInput, claim: str) -> tuple[float, str]:
-    if inp.verbatim(claim):
+    check = evidence_for(inp, claim)
+    if check is None:
         return 1.0, "quoted"
-    aligned = inp.align(claim)
-    if not aligned.found:
+    if not isinstance(check, FactCheck):
         return 0.0, "no evidence found"
-    check = compare(claim, aligned.window_text, aligned.sentence.text if aligned.sentence else None)
+    aligned = inp.align(claim)
     if check.checked == 0:
         return aligned.overlap, "no facts; judged by wording"
     right = len(check.agreed)

@@ -14,7 +14,7 @@ from functools import cached_property
 
 from rag_service.domain import Claim, EvidenceContext
 from rag_service.text.citations import cited_numbers, strip_markers, verify_claims
-from rag_service.text.facts import Facts, facts, tokens
+from rag_service.text.facts import FactCheck, Facts, compare, facts, tokens
 from rag_service.text.sentences import split_sentences
 from rag_service.text.terms import STOP_WORDS, cache_short_texts, stem
 
@@ -151,6 +151,18 @@ class ScoringInput:
             found = Alignment(best, terms, facts(text), text, len(claim_terms & terms) / len(claim_terms))
         self._cache[key] = found
         return found
+
+
+def evidence_for(inp: ScoringInput, claim: str) -> Alignment | FactCheck | None:
+    """What faithfulness and correctness both start from: None for a word-for-word quote (fully
+    supported), the empty Alignment when no context shares the claim's words, else the claim's
+    facts checked against its aligned window (negation against the aligned sentence alone)."""
+    if inp.verbatim(claim):
+        return None
+    aligned = inp.align(claim)
+    if aligned.sentence is None:
+        return aligned
+    return compare(claim, aligned.window_text, aligned.sentence.text)
 
 
 def bare(claim: Claim) -> str:

@@ -9,8 +9,8 @@ evidence does not share. The value is the mean over the claims that have content
 from __future__ import annotations
 
 from rag_service.domain import MetricScore
-from rag_service.scoring.evidence import LOCAL_SCORER, ScoringInput, bare
-from rag_service.text.facts import compare
+from rag_service.scoring.evidence import LOCAL_SCORER, ScoringInput, bare, evidence_for
+from rag_service.text.facts import FactCheck
 
 # One contradicted fact halves a claim's support; an unstated one costs a quarter; so does a
 # negation the evidence does not share (it turns the claim around).
@@ -21,12 +21,12 @@ NEGATION = 0.5
 
 def claim_support(inp: ScoringInput, claim: str) -> tuple[float, str]:
     """(support in [0, 1], why) for one claim."""
-    if inp.verbatim(claim):
+    check = evidence_for(inp, claim)
+    if check is None:
         return 1.0, "quoted from a context"
-    aligned = inp.align(claim)
-    if not aligned.found:
+    if not isinstance(check, FactCheck):
         return 0.0, "no context shares its words"
-    check = compare(claim, aligned.window_text, aligned.sentence.text if aligned.sentence else None)
+    aligned = inp.align(claim)
     value = aligned.overlap * CONTRADICTED ** len(check.contradicted) * UNSTATED ** len(check.unverifiable)
     if check.negation_mismatch:
         value *= NEGATION
