@@ -253,11 +253,16 @@ def test_questions_run_with_the_keys_principals(client: TestClient, keys: dict[s
 
 def test_documents_outside_the_keys_acl_are_not_found(client: TestClient, keys: dict[str, str],
                                                      migrated_url: str) -> None:
-    listed = client.get("/v1/documents", params={"collection": "kb"}, headers=bearer(keys["reader"])).json()
-    legal_doc = next(d["id"] for d in listed["data"] if d["source_uri"] == "legal.md")
-    assert client.get(f"/v1/documents/{legal_doc}", headers=bearer(keys["reader"])).status_code == 404
     legal = create_key(migrated_url, "reader", principals=["legal"])
+    listed = client.get("/v1/documents", params={"collection": "kb"}, headers=bearer(legal)).json()
+    legal_doc = next(d["id"] for d in listed["data"] if d["source_uri"] == "legal.md")
     assert client.get(f"/v1/documents/{legal_doc}", headers=bearer(legal)).status_code == 200
+    assert client.get(f"/v1/documents/{legal_doc}", headers=bearer(keys["reader"])).status_code == 404
+    # The listing shows a key only what it may read, and counts only that.
+    public = client.get("/v1/documents", params={"collection": "kb"}, headers=bearer(keys["reader"])).json()
+    assert "legal.md" not in {d["source_uri"] for d in public["data"]} and public["count"] < listed["count"]
+    ingester = create_key(migrated_url, "ingester", collections=["kb"])
+    assert client.delete(f"/v1/documents/{legal_doc}", headers=bearer(ingester)).status_code == 404
 
 
 def test_a_key_limited_to_collections_stays_in_them(client: TestClient, keys: dict[str, str],
@@ -271,7 +276,8 @@ def test_a_key_limited_to_collections_stays_in_them(client: TestClient, keys: di
     assert question.status_code == 403
     # Listing without a collection lists the key's one collection.
     listed = client.get("/v1/documents", headers=bearer(kb_reader)).json()
-    assert listed["count"] == 3 and {d["collection"] for d in listed["data"]} == {"kb"}
+    # the key holds no principals: of kb's three documents it lists the public one
+    assert listed["count"] == 1 and {d["collection"] for d in listed["data"]} == {"kb"}
     assert client.get("/v1/documents", params={"collection": "other"}, headers=bearer(kb_reader)).status_code == 403
     everything = client.get("/v1/documents", headers=bearer(keys["reader"])).json()
     other_doc = next(d["id"] for d in everything["data"] if d["collection"] == "other")

@@ -123,7 +123,8 @@ async def list_documents(
             raise ForbiddenError(f"this key may only use the collections {', '.join(caller.collections)}; "
                                  "name one with ?collection=")
         collection = caller.collections[0]
-    documents, total = await runtime.catalog.list(collection, limit=limit, offset=offset)
+    documents, total = await runtime.catalog.list(collection, limit=limit, offset=offset,
+                                                  principals=caller.principals)
     return DocumentsPublic(data=[DocumentPublic.model_validate(d, from_attributes=True) for d in documents],
                            count=total)
 

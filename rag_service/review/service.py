@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
-from rag_service.db.repos.reviews import AnswerRecord, Housekeeping, ReviewRepository
+from rag_service.db.repos.reviews import AnswerRecord, Housekeeping, ReviewRepository, ReviewScope
 from rag_service.domain import Caller
 from rag_service.domain.review import (
     AnswerView,
@@ -51,29 +51,29 @@ class ReviewService:
     async def list(self, caller: Caller, filters: ReviewFilters | None = None, *, limit: int = 50,
                    offset: int = 0) -> ReviewItemsPage:
         await self.housekeep()
-        items, count = await self.repository.list(filters, limit=limit, offset=offset, scope=caller.collections)
+        items, count = await self.repository.list(filters, limit=limit, offset=offset, scope=_scope(caller))
         return ReviewItemsPage(data=items, count=count)
 
     async def get(self, caller: Caller, review_id: uuid.UUID) -> ReviewItemDetail:
-        return await self.repository.get(review_id, scope=caller.collections)
+        return await self.repository.get(review_id, scope=_scope(caller))
 
     async def claim(self, caller: Caller, review_id: uuid.UUID, lease_s: float | None = None) -> ReviewClaim:
         return await self.repository.claim(review_id, caller.key_id, lease_s or self.lease_s,
-                                           scope=caller.collections)
+                                           scope=_scope(caller))
 
     async def claim_next(self, caller: Caller, filters: ReviewFilters | None = None,
                          lease_s: float | None = None) -> ReviewClaim | None:
         await self.housekeep()
         return await self.repository.claim_next(caller.key_id, lease_s or self.lease_s, filters,
-                                                scope=caller.collections)
+                                                scope=_scope(caller))
 
     async def decide(self, caller: Caller, review_id: uuid.UUID,
                      request: ReviewDecisionRequest) -> ReviewDecisionPublic:
-        return await self.repository.decide(review_id, caller.key_id, request, scope=caller.collections)
+        return await self.repository.decide(review_id, caller.key_id, request, scope=_scope(caller))
 
     async def stats(self, caller: Caller) -> ReviewStats:
         await self.housekeep()
-        return summarise(await self.repository.stats_inputs(scope=caller.collections))
+        return summarise(await self.repository.stats_inputs(scope=_scope(caller)))
 
     async def _answer(self, caller: Caller, answer_id: uuid.UUID) -> AnswerRecord:
         """The answer, if this caller may see it: its collection is in the key's scope, and it
@@ -83,6 +83,9 @@ class ReviewService:
         visible = record is not None and (caller.collections is None or record.collection in caller.collections)
         if visible and not (caller.local or caller.can("reviewer")):
             visible = record is not None and record.api_key_id == caller.key_id
+        if visible and record is not None and caller.principals is not None:
+            # Never more than the key could retrieve itself: the answer quotes what its asker could read.
+            visible = set(record.principals) <= set(caller.principals)
         if record is None or not visible:
             raise NotFoundError(f"no answer {answer_id}")
         return record
@@ -99,3 +102,7 @@ class ReviewService:
             record, rating=request.rating, comment=comment, key_id=caller.key_id, trigger=trigger)
         return FeedbackReceipt(feedback_id=feedback_id, answer_id=answer_id, rating=request.rating,
                                review_id=review_id)
+
+
+def _scope(caller: Caller) -> ReviewScope:
+    return ReviewScope(collections=caller.collections, principals=caller.principals)

@@ -27,7 +27,8 @@ async def seed_answer(db: Database, *, collection: str = "kb", question: str = "
                       citations: list[dict[str, Any]] | None = None, context: list[dict[str, Any]] | None = None,
                       prompt_name: str | None = "answer_cot", prompt_version: int | None = 1,
                       answer: str = "Reset it from the settings page [1].",
-                      api_key_id: uuid.UUID | None = None) -> tuple[uuid.UUID, uuid.UUID | None]:
+                      api_key_id: uuid.UUID | None = None,
+                      principals: Sequence[str] = ()) -> tuple[uuid.UUID, uuid.UUID | None]:
     """Log one answered query (scored, and queued unless ``queue`` is False); returns (query id,
     review item id or None)."""
     query_id = uuid.uuid4()
@@ -40,7 +41,8 @@ async def seed_answer(db: Database, *, collection: str = "kb", question: str = "
         trigger = ReviewTrigger(source="evaluator", tier=tier, flagged=tuple(flagged), overall=overall, held=held,
                                 reasons=tuple(reasons) if reasons is not None else (f"overall: {overall} < 0.80",))
     entry = QueryLogEntry(
-        query_id=query_id, conversation_id=None, collection=collection, principals=[], question=question,
+        query_id=query_id, conversation_id=None, collection=collection, principals=list(principals),
+        question=question,
         resolved_question=question, intent={"query_type": "factual", "question": question},
         route={"guideline": "default-answer", "strategies": ["semantic"]}, guardrails={},
         outcome="pending_review" if held else "answered",

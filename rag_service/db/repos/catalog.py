@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Select, delete, func, select, text
+from sqlalchemy import Select, Text, cast, delete, func, select, text
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from rag_service.db.engine import Database
 from rag_service.db.models import Chunk, Collection, Document
@@ -99,10 +100,16 @@ class DocumentCatalog:
         )
 
     async def list(
-        self, collection: str | None = None, *, limit: int = 50, offset: int = 0
+        self, collection: str | None = None, *, limit: int = 50, offset: int = 0,
+        principals: Sequence[str] | None = None,
     ) -> tuple[list[DocumentSummary], int]:
+        """Documents, most recently updated first; with ``principals``, only those whose ACL
+        grants one of them (public documents carry "*", as in the store)."""
         stmt = self._summary_select()
         count = select(func.count()).select_from(Document)
+        if principals is not None:
+            granted = Document.acl.overlap(cast(["*", *principals], ARRAY(Text)))
+            stmt, count = stmt.where(granted), count.where(granted)
         if collection is not None:
             stmt = stmt.where(Collection.name == collection)
             count = count.join(Collection, Collection.id == Document.collection_id).where(

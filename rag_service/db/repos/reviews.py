@@ -92,6 +92,7 @@ class AnswerRecord:
     question: str
     question_hash: str | None
     api_key_id: uuid.UUID | None
+    principals: list[str]  # the asker's, which decided what the answer could read
     held: bool
     text: str
     short_answer: str | None
@@ -131,11 +132,31 @@ class Housekeeping:
     expired: int
 
 
-def _scope_sql(scope: Sequence[str] | None, params: dict[str, Any], column: str = "r.collection") -> str:
+@dataclass(frozen=True)
+class ReviewScope:
+    """What a reviewer may see: items in these collections (None: all) whose question was asked
+    with principals the reviewer holds too (None: any), so a review never shows a reviewer chunks
+    their own key could not retrieve."""
+
+    collections: Sequence[str] | None = None
+    principals: Sequence[str] | None = None
+
+
+def _scope_sql(scope: ReviewScope | Sequence[str] | None, params: dict[str, Any],
+               column: str = "r.collection") -> str:
     if scope is None:
         return "TRUE"
-    params["scope"] = list(scope)
-    return f"{column} = ANY(CAST(:scope AS text[]))"
+    if not isinstance(scope, ReviewScope):
+        scope = ReviewScope(collections=scope)
+    conditions = ["TRUE"]
+    if scope.collections is not None:
+        params["scope"] = list(scope.collections)
+        conditions.append(f"{column} = ANY(CAST(:scope AS text[]))")
+    if scope.principals is not None:
+        params["scope_principals"] = list(scope.principals)
+        conditions.append("(SELECT sq.principals FROM queries sq WHERE sq.id = r.query_id) "
+                          "<@ CAST(:scope_principals AS text[])")
+    return " AND ".join(conditions)
 
 
 def _like(fragment: str) -> str:
@@ -162,7 +183,7 @@ class ReviewRepository:
     # --- listing ---------------------------------------------------------------------------------
 
     async def list(self, filters: ReviewFilters | None = None, *, limit: int = 50, offset: int = 0,
-                   scope: Sequence[str] | None = None) -> tuple[list[ReviewItemSummary], int]:
+                   scope: ReviewScope | Sequence[str] | None = None) -> tuple[list[ReviewItemSummary], int]:
         """A page of the queue in priority order, and how many items match in all."""
         params: dict[str, Any] = {**self._priority_params(), "limit": limit, "offset": offset}
         where = self._where(filters or ReviewFilters(), params, scope)
@@ -193,7 +214,7 @@ class ReviewRepository:
                 params[column] = value
         return " AND ".join(conditions)
 
-    async def get(self, review_id: uuid.UUID, scope: Sequence[str] | None = None) -> ReviewItemDetail:
+    async def get(self, review_id: uuid.UUID, scope: ReviewScope | Sequence[str] | None = None) -> ReviewItemDetail:
         """The item with its question, answer, citations, the passages read, route, intent, scores
         and decision."""
         params: dict[str, Any] = {**self._priority_params(), "id": review_id}
@@ -249,7 +270,7 @@ class ReviewRepository:
     # --- claims ----------------------------------------------------------------------------------
 
     async def claim(self, review_id: uuid.UUID, reviewer: uuid.UUID | None, lease_s: float,
-                    scope: Sequence[str] | None = None) -> ReviewClaim:
+                    scope: ReviewScope | Sequence[str] | None = None) -> ReviewClaim:
         """Lease the item to ``reviewer`` for ``lease_s`` seconds. The same reviewer claiming
         again extends the lease; a lapsed lease can be taken by anyone; a live one held by someone
         else is a ConflictError naming the holder and the expiry. Decided items cannot be claimed;
@@ -285,7 +306,7 @@ class ReviewRepository:
         return ReviewClaim.model_validate(dict(claimed._mapping))
 
     async def claim_next(self, reviewer: uuid.UUID | None, lease_s: float, filters: ReviewFilters | None = None,
-                         scope: Sequence[str] | None = None) -> ReviewClaim | None:
+                         scope: ReviewScope | Sequence[str] | None = None) -> ReviewClaim | None:
         """Claim the highest-priority item nobody holds (None: nothing to claim). Concurrent
         callers each get a different item (SKIP LOCKED)."""
         filters = (filters or ReviewFilters()).model_copy(update={"status": None})
@@ -314,7 +335,7 @@ class ReviewRepository:
     # --- decisions ---------------------------------------------------------------------------------
 
     async def decide(self, review_id: uuid.UUID, reviewer: uuid.UUID | None, request: ReviewDecisionRequest,
-                     scope: Sequence[str] | None = None) -> ReviewDecisionPublic:
+                     scope: ReviewScope | Sequence[str] | None = None) -> ReviewDecisionPublic:
         """Record the decision of the reviewer holding a live claim on the item (anyone else: a
         ConflictError saying to claim it first). Approved and edited answers become golden
         items: the logged question (resolved, if it was a follow-up), the approved or corrected
@@ -389,8 +410,8 @@ class ReviewRepository:
         such query, or it has no answer)."""
         async with self._db.connect() as conn:
             row = (await conn.execute(text(
-                "SELECT q.id AS answer_id, q.collection, q.question, q.question_hash, q.api_key_id, a.held, a.text, "
-                "a.short_answer, a.citations, a.prompt_name, a.prompt_version, a.created_at, "
+                "SELECT q.id AS answer_id, q.collection, q.question, q.question_hash, q.api_key_id, q.principals, "
+                "a.held, a.text, a.short_answer, a.citations, a.prompt_name, a.prompt_version, a.created_at, "
                 "r.id AS review_id, r.status AS review_status, d.decision, d.corrected_answer "
                 "FROM queries q JOIN answers a ON a.query_id = q.id LEFT JOIN review_items r ON r.query_id = q.id "
                 "LEFT JOIN review_decisions d ON d.review_id = r.id WHERE q.id = :id"), {"id": answer_id})).first()
@@ -417,7 +438,7 @@ class ReviewRepository:
 
     # --- statistics --------------------------------------------------------------------------------
 
-    async def stats_inputs(self, scope: Sequence[str] | None = None) -> StatsInputs:
+    async def stats_inputs(self, scope: ReviewScope | Sequence[str] | None = None) -> StatsInputs:
         params: dict[str, Any] = {}
         where = _scope_sql(scope, params)
         async with self._db.connect() as conn:
