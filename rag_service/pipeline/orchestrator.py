@@ -21,8 +21,9 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from rag_service.domain import (
     Candidate,
@@ -51,13 +52,14 @@ from rag_service.pipeline.generation.extractive import ExtractiveGenerator
 from rag_service.pipeline.guardrails import InputCheck, check_input, check_output
 from rag_service.pipeline.intent import IntentParser
 from rag_service.pipeline.intent_llm import RULES_UNSURE_BELOW, refine_with_llm
+from rag_service.pipeline.late_grading import LateGrading
 from rag_service.pipeline.results import (
     context_log,
     fill_answer,
+    hold,
     intersect_dates,
     log_entry,
     lowest,
-    masked_report,
     merge_contexts,
     question_hash,
     retrieval_summary,
@@ -65,7 +67,6 @@ from rag_service.pipeline.results import (
 from rag_service.pipeline.retrieval.search import to_retrieval_request
 from rag_service.pipeline.router import route
 from rag_service.providers.llm import LLM
-from rag_service.review.gate import trigger_for
 from rag_service.scoring.evidence import ScoringInput
 from rag_service.text.citations import cited_numbers, drop_citations, verify_claims
 
@@ -105,6 +106,16 @@ class OutputRejectedError(RagServiceError):
         self.unresolved = set(unresolved)
 
 
+@dataclass
+class Grading:
+    """What the evaluate step hands on: to persistence (grades, the chunks read) and to the LLM
+    grading after delivery (its input)."""
+
+    graded: Graded | None = None
+    context: list[dict[str, Any]] = field(default_factory=list)
+    later: ScoringInput | None = None
+
+
 class QueryPipeline:
     def __init__(self, *, retriever: Retrieves, collections: CollectionCatalog, guidelines: GuidelineSource,
                  query_log: QueryHistory, generator: AnswerGenerator | None = None,
@@ -121,8 +132,10 @@ class QueryPipeline:
         self._generator: AnswerGenerator = generator or self._extractive
         self._intent_llm = intent_llm  # asked only when the rules are unsure of the query type
         self.evaluator = evaluator or AnswerEvaluator()
-        self._background: set[asyncio.Task[None]] = set()
         self.config = config or PipelineConfig()
+        self._late = LateGrading(self.evaluator, query_log,
+                                 budget_s=self.config.judge_budget_s + self.config.evaluate_margin_s,
+                                 max_running=self.config.max_late_gradings)
 
     async def run(self, request: QueryRequest, emit: EventSink | None = None, now: datetime | None = None,
                   api_key_id: uuid.UUID | None = None) -> QueryResult:
@@ -157,11 +170,11 @@ class QueryPipeline:
                              question=intent.question, answer=None, intent=intent, route=decision,
                              guardrails=guard_record, steps=[], timings_ms={})
 
-        grading: dict[str, object] = {}
+        grading = Grading()
 
         async def persist() -> None:
             entry = log_entry(request, checked.masked, result, run.timings_ms(), api_key_id=api_key_id,
-                              graded=grading.get("graded"), context=grading.get("context"))
+                              graded=grading.graded, context=grading.context)
             await self._log.record(entry)
 
         # A held answer must be stored (the caller is given its review id); otherwise a failure to
@@ -181,55 +194,24 @@ class QueryPipeline:
                                      persist_step, grading, now)
         await run.emit("plan", {"steps": plan.describe()})
         await run.run(plan)
-        graded = grading.get("graded")
-        if isinstance(graded, Graded) and graded.verdict.hold and graded.verdict.needs_review:
-            _hold(result, graded)
+        graded = grading.graded
+        if graded is not None and graded.verdict.hold and graded.verdict.needs_review:
+            hold(result, graded.verdict.tier)
         if any(r.kind == "persist" and r.status == "failed" for r in run.records):
             result.review_id = None  # nothing was queued: do not hand out an id that leads nowhere
-        if isinstance(grading.get("later"), ScoringInput) and isinstance(graded, Graded):
-            self._grade_later(grading["later"], graded, result, request.collection,  # type: ignore[arg-type]
-                              question_hash(checked.masked))
+        if grading.later is not None and graded is not None:
+            prompt = result.prompt or {}
+            self._late.start(grading.later, graded, query_id=result.query_id, collection=request.collection,
+                             question_hash=question_hash(checked.masked), prompt_name=prompt.get("name"),
+                             prompt_version=prompt.get("version"))
         result.steps = run.records
         result.timings_ms = run.timings_ms()
         result.timings_ms["total"] = round((time.perf_counter() - started) * 1000, 2)
         return result
 
-    def _grade_later(self, inp: ScoringInput, local: Graded, result: QueryResult, collection: str,
-                     hashed_question: str) -> None:
-        """The LLM judge and ragas after the answer went out: their grades are stored beside the
-        local ones, and queue the answer if they find it weak where the local scores did not."""
-        prompt = result.prompt or {}
-        if len(self._background) >= self.config.max_late_gradings:
-            log.warning("LLM grading of answer %s skipped: %d gradings already running", result.query_id,
-                        len(self._background))
-            return
-
-        async def grade() -> None:
-            try:
-                combined = await asyncio.wait_for(self.evaluator.with_llm(inp, local),
-                                                  self.config.judge_budget_s + self.config.evaluate_margin_s)
-                if combined is None:
-                    return
-                graded, notes = combined
-                if notes:
-                    log.info("LLM grading of %s: %s", result.query_id, "; ".join(notes))
-                await self._log.record_grades(
-                    result.query_id, collection=collection, question_hash=hashed_question,
-                    report=masked_report(graded.report), trigger=trigger_for(graded.verdict, graded.evaluation),
-                    prompt_name=prompt.get("name"), prompt_version=prompt.get("version"))
-            except Exception:  # the caller has its answer; a failed late grading is logged, not raised
-                log.exception("LLM grading of answer %s failed", result.query_id)
-
-        task = asyncio.create_task(grade())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
     async def drain(self, timeout_s: float | None = None) -> None:
-        """Wait for late gradings still running (shutdown, one-shot CLI runs), at most ``timeout_s``."""
-        if self._background:
-            _, pending = await asyncio.wait(list(self._background), timeout=timeout_s)
-            if pending:
-                log.warning("%d LLM gradings still running at shutdown; their grades are lost", len(pending))
+        """Wait for LLM gradings still running after delivery (shutdown, one-shot CLI runs)."""
+        await self._late.drain(timeout_s)
 
     async def _parse(self, request: QueryRequest, question: str, now: datetime) -> Intent:
         turns = (await self._log.turns(request.conversation_id, request.collection, request.principals,
@@ -247,7 +229,7 @@ class QueryPipeline:
     # --- the plan: retrieve each part concurrently, then generate, check, persist ------------
 
     def _answer_plan(self, run: Executor, intent: Intent, decision: RouteDecision, scope: RetrievalRequest,
-                     result: QueryResult, injection: bool, persist: Step, grading: dict[str, object],
+                     result: QueryResult, injection: bool, persist: Step, grading: Grading,
                      now: datetime) -> Plan:
         parts = [intent.question]
         if decision.route.split_parts and len(intent.sub_questions) >= 2:
@@ -367,9 +349,9 @@ class QueryPipeline:
                     log.warning("LLM grading took over %.0f s; the gate decides on the local grades",
                                 self.config.judge_budget_s)
             elif self.evaluator.llm_grader is not None:
-                grading["later"] = inp
-            grading["graded"] = graded
-            grading["context"] = context_log(context)
+                grading.later = inp
+            grading.graded = graded
+            grading.context = context_log(context)
             report = graded.report
             result.evaluation = report
             if graded.verdict.needs_review:
@@ -383,27 +365,6 @@ class QueryPipeline:
                           budget_s=self.config.judge_budget_s + self.config.evaluate_margin_s))
         steps.append(dataclasses.replace(persist, depends_on=("evaluate",)))
         return Plan(tuple(steps))
-
-
-HELD = ("This answer is waiting for a reviewer before it is shown. Fetch it with GET /v1/answers/{id} "
-        "once the review is done.")
-CANNOT_ANSWER = ("I cannot answer this reliably yet: the answer I found scored too low on its checks. A reviewer "
-                 "will look at it; fetch the reviewed answer with GET /v1/answers/{id}.")
-
-
-def _hold(result: QueryResult, graded: Graded) -> None:
-    """Hold mode: the caller gets the review id instead of an answer that scored below the gate
-    (below the high-priority threshold, a stated "cannot answer reliably yet")."""
-    template = CANNOT_ANSWER if graded.verdict.tier == "high" else HELD
-    result.outcome = "pending_review"
-    result.answer = template.replace("{id}", str(result.query_id))
-    result.short_answer = None
-    result.citations, result.claims, result.reasoning_steps = [], [], []
-    if result.evaluation is not None:  # values only: reasons quote the held answer
-        result.evaluation = result.evaluation.model_copy(update={
-            "reasons": ["held for review"],
-            "metrics": {m: v.model_copy(update={"reason": "withheld until a reviewer decides."})
-                        for m, v in result.evaluation.metrics.items()}})
 
 
 def _scope(request: QueryRequest, question: str) -> RetrievalRequest:

@@ -19,8 +19,10 @@ from rag_service.domain import (
     QueryResult,
     RetrievalResult,
     RetrievalSummary,
+    ReviewTier,
     TimeRangeModel,
 )
+from rag_service.pipeline.evaluation import Graded
 from rag_service.pipeline.guardrails import mask_pii, mask_pii_deep
 from rag_service.review.gate import trigger_for
 
@@ -85,13 +87,13 @@ def context_log(context: Sequence[Candidate]) -> list[dict[str, Any]]:
 
 
 def log_entry(request: QueryRequest, masked_question: str, result: QueryResult, timings: dict[str, float], *,
-              api_key_id: uuid.UUID | None = None, graded: Any = None,
-              context: Any = None) -> QueryLogEntry:
+              api_key_id: uuid.UUID | None = None, graded: Graded | None = None,
+              context: list[dict[str, Any]] | None = None) -> QueryLogEntry:
     """What the query log stores: everything taken from the question passes through the PII
-    mask (entities included). ``graded`` (the evaluator's Graded) adds the scores and, when the
-    gate asks for it, the review item."""
+    mask (entities included). ``graded`` adds the scores and, when the gate asks for it, the
+    review item."""
     answer = None
-    verdict = getattr(graded, "verdict", None)
+    verdict = graded.verdict if graded is not None else None
     if result.answer is not None and result.outcome == "answered":
         answer = AnswerLogEntry(
             text=mask_pii(result.answer), short=result.short_answer,
@@ -112,6 +114,27 @@ def log_entry(request: QueryRequest, masked_question: str, result: QueryResult, 
         review=trigger_for(verdict, graded.evaluation) if graded is not None else None,
         review_id=result.review_id,
     )
+
+
+HELD = ("This answer is waiting for a reviewer before it is shown. Fetch it with GET /v1/answers/{id} "
+        "once the review is done.")
+CANNOT_ANSWER = ("I cannot answer this reliably yet: the answer I found scored too low on its checks. A reviewer "
+                 "will look at it; fetch the reviewed answer with GET /v1/answers/{id}.")
+
+
+def hold(result: QueryResult, tier: ReviewTier | None) -> None:
+    """Hold mode: the caller gets the review id instead of an answer that scored below the gate
+    (below the high-priority threshold, a stated "cannot answer reliably yet")."""
+    template = CANNOT_ANSWER if tier == "high" else HELD
+    result.outcome = "pending_review"
+    result.answer = template.replace("{id}", str(result.query_id))
+    result.short_answer = None
+    result.citations, result.claims, result.reasoning_steps = [], [], []
+    if result.evaluation is not None:  # values only: reasons quote the held answer
+        result.evaluation = result.evaluation.model_copy(update={
+            "reasons": ["held for review"],
+            "metrics": {m: v.model_copy(update={"reason": "withheld until a reviewer decides."})
+                        for m, v in result.evaluation.metrics.items()}})
 
 
 def masked_report(report: EvaluationReport) -> EvaluationReport:

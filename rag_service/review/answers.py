@@ -3,7 +3,7 @@ held one (review gate in hold mode) only once a reviewer has decided, and then a
 
 from __future__ import annotations
 
-from rag_service.db.repos.reviews import AnswerRecord
+from rag_service.db.repos.answers import AnswerRecord
 from rag_service.domain.review import AnswerView
 
 REJECTED_ANSWER = ("This question cannot be answered reliably from the documents: a reviewer rejected the "

@@ -11,7 +11,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
-from rag_service.db.repos.reviews import AnswerRecord, Housekeeping, ReviewRepository, ReviewScope
+from rag_service.db.repos.answers import AnswerRecord, AnswerRepository
+from rag_service.db.repos.reviews import Housekeeping, ReviewRepository, ReviewScope
 from rag_service.domain import Caller
 from rag_service.domain.review import (
     AnswerView,
@@ -33,11 +34,12 @@ from rag_service.review.stats import summarise
 
 class ReviewService:
     def __init__(self, repository: ReviewRepository, *, lease_s: float, expire_after_s: float,
-                 mask: Callable[[str], str] = lambda text: text) -> None:
+                 answers: AnswerRepository | None = None, mask: Callable[[str], str] = lambda text: text) -> None:
         if lease_s <= 0 or expire_after_s <= 0:
             raise ValueError("lease_s and expire_after_s must be > 0 (RAGSVC_REVIEW_LEASE_S, "
                              "RAGSVC_REVIEW_EXPIRE_AFTER_DAYS)")
         self.repository = repository
+        self.answers = answers or AnswerRepository(repository.db)
         self.lease_s = lease_s
         self.expire_after_s = expire_after_s
         # Feedback comments are stored PII-masked, as questions are.
@@ -79,7 +81,7 @@ class ReviewService:
         """The answer, if this caller may see it: its collection is in the key's scope, and it
         was asked with the same key, unless the caller reviews (reviewers and admins see every
         answer, the local operator too). Otherwise "not found", so ids reveal nothing."""
-        record = await self.repository.answer(answer_id)
+        record = await self.answers.answer(answer_id)
         visible = record is not None and (caller.collections is None or record.collection in caller.collections)
         if visible and not (caller.local or caller.can("reviewer")):
             visible = record is not None and record.api_key_id == caller.key_id
@@ -98,7 +100,7 @@ class ReviewService:
         record = await self._answer(caller, answer_id)
         comment = self._mask(request.comment) if request.comment is not None else None
         trigger = feedback_trigger(request.rating, comment, overall=record.overall, held=record.held)
-        feedback_id, review_id = await self.repository.add_feedback(
+        feedback_id, review_id = await self.answers.add_feedback(
             record, rating=request.rating, comment=comment, key_id=caller.key_id, trigger=trigger)
         return FeedbackReceipt(feedback_id=feedback_id, answer_id=answer_id, rating=request.rating,
                                review_id=review_id)

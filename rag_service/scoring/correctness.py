@@ -10,10 +10,9 @@ is judged by its wording alone (the share of its terms the evidence holds).
 from __future__ import annotations
 
 from rag_service.domain import MetricScore
-from rag_service.scoring.evidence import LOCAL_SCORER, ScoringInput, bare, content_terms, evidence_for
-from rag_service.scoring.faithfulness import _short
+from rag_service.scoring.evidence import LOCAL_SCORER, ScoringInput, bare, content_terms, evidence_for, quoted
 from rag_service.text.citations import strip_markers
-from rag_service.text.facts import FactCheck, compare, facts
+from rag_service.text.facts import compare, facts
 
 # An unstated fact counts half against a claim: it may be true, but nothing here says so.
 UNSTATED_WEIGHT = 0.5
@@ -40,21 +39,18 @@ def _against_reference(inp: ScoringInput, reference: str) -> MetricScore:
 
 
 def claim_correctness(inp: ScoringInput, claim: str) -> tuple[float, str]:
-    check = evidence_for(inp, claim)
-    if check is None:
-        return 1.0, "quoted"
-    if not isinstance(check, FactCheck):
-        return 0.0, "no evidence found"
-    aligned = inp.align(claim)
-    if check.checked == 0:
-        return aligned.overlap, "no facts; judged by wording"
+    evidence = evidence_for(inp, claim)
+    check = evidence.check
+    if not evidence.found or check.checked == 0:
+        why = "no facts; judged by wording" if evidence.found else "no evidence found"
+        return evidence.overlap, why
     right = len(check.agreed)
     wrong = len(check.contradicted) + int(check.negation_mismatch)
     unsure = UNSTATED_WEIGHT * len(check.unverifiable)
     # Checkable facts decide; the wording still counts for a claim whose facts are borrowed
     # from an unrelated passage.
     value = right / (right + wrong + unsure) if right + wrong + unsure else 0.0
-    value *= min(1.0, 0.5 + aligned.overlap)
+    value *= min(1.0, 0.5 + evidence.overlap)
     problems = ([f"{', '.join(check.contradicted)} contradicted"] if check.contradicted else []) + \
                (["negation differs"] if check.negation_mismatch else []) + \
                ([f"{', '.join(check.unverifiable)} not stated"] if check.unverifiable else [])
@@ -72,5 +68,5 @@ def score(inp: ScoringInput) -> MetricScore:
     value = sum(v for _, v, _ in judged) / len(judged)
     worst, low, why = min(judged, key=lambda j: j[1])
     reason = (f"the facts of all {len(judged)} claim(s) agree with the evidence" if low >= 0.8
-              else f"\"{_short(worst)}\": {why}")
+              else f"\"{quoted(worst)}\": {why}")
     return MetricScore(metric="correctness", value=round(value, 4), reason=reason + ".", scorer=LOCAL_SCORER)

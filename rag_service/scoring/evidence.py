@@ -7,6 +7,7 @@ its terms, together with that sentence's neighbours (a claim often joins two adj
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -119,13 +120,13 @@ class ScoringInput:
         """0-based indexes of the contexts the answer cites, in order of first citation."""
         return [n - 1 for n in cited_numbers(self.answer) if 1 <= n <= len(self.contexts)]
 
-    def verbatim(self, claim: str) -> bool:
-        """The claim appears word for word in a context."""
-        if not self.quotes_count:
-            return False
+    def quoted_in(self, claim: str) -> int | None:
+        """The first context the claim appears in word for word (whole words only: "window is 3"
+        is not a quote of "window is 30 days"), or None."""
         needle = f" {normalise(claim)} "
-        # Whole words only: "window is 3" is not a quote of "window is 30 days".
-        return needle.strip() != "" and any(needle in f" {normalise(c.text)} " for c in self.contexts)
+        if not self.quotes_count or not needle.strip():
+            return None
+        return next((i for i, c in enumerate(self.contexts) if needle in f" {normalise(c.text)} "), None)
 
     def align(self, claim: str, contexts: Sequence[int] | None = None) -> Alignment:
         """The best-matching sentence (by shared terms; ties to the earlier one) in the given
@@ -153,16 +154,35 @@ class ScoringInput:
         return found
 
 
-def evidence_for(inp: ScoringInput, claim: str) -> Alignment | FactCheck | None:
-    """What faithfulness and correctness both start from: None for a word-for-word quote (fully
-    supported), the empty Alignment when no context shares the claim's words, else the claim's
-    facts checked against its aligned window (negation against the aligned sentence alone)."""
-    if inp.verbatim(claim):
-        return None
+@dataclass(frozen=True)
+class Evidence:
+    """A claim against what backs it: the share of its terms found there, and its facts checked."""
+
+    overlap: float
+    check: FactCheck
+    quoted: bool  # the claim stands word for word in a context (that context is its evidence)
+    found: bool  # some context shares its words
+
+
+def evidence_for(inp: ScoringInput, claim: str) -> Evidence:
+    """What faithfulness and correctness both start from. A claim quoted from a context is checked
+    against that context, the quote itself deciding negation; any other claim against its aligned
+    window, negation against the aligned sentence alone (a "not" next door says nothing of it)."""
+    quoted = inp.quoted_in(claim)
+    if quoted is not None:
+        source = inp.contexts[quoted].text
+        claim_terms = content_terms(claim)
+        overlap = len(claim_terms & content_terms(source)) / len(claim_terms) if claim_terms else 0.0
+        return Evidence(overlap, compare(claim, source, claim), quoted=True, found=True)
     aligned = inp.align(claim)
-    if aligned.sentence is None:
-        return aligned
-    return compare(claim, aligned.window_text, aligned.sentence.text)
+    negation = aligned.sentence.text if aligned.sentence is not None else ""
+    return Evidence(aligned.overlap, compare(claim, aligned.window_text, negation), quoted=False,
+                    found=aligned.found)
+
+
+def quoted(text: str, width: int = 80) -> str:
+    """A claim as a reason quotes it: whitespace collapsed, cut at a word to ``width``."""
+    return textwrap.shorten(text, width, placeholder="…")
 
 
 def bare(claim: Claim) -> str:

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import bindparam
 
 from rag_service.db.engine import Database
 from rag_service.db.repos.reviews import enqueue
+from rag_service.db.repos.scores import save_scores
 from rag_service.domain import EvaluationReport, QueryLogEntry, ReviewTrigger, Turn
 
 
@@ -92,15 +92,3 @@ class QueryLog:
             if trigger is not None:
                 await enqueue(conn, query_id=query_id, collection=collection, question_hash=question_hash,
                               trigger=trigger, prompt_name=prompt_name, prompt_version=prompt_version)
-
-
-async def save_scores(conn: AsyncConnection, query_id: uuid.UUID, scorer: str, report: EvaluationReport) -> None:
-    """One row per answer and scorer; a later grading by the same scorer replaces it."""
-    await conn.execute(text(
-        "INSERT INTO answer_scores (query_id, scorer, metrics, overall, needs_review, reasons) "
-        "VALUES (:qid, :scorer, :metrics, :overall, :needs_review, CAST(:reasons AS text[])) "
-        "ON CONFLICT (query_id, scorer) DO UPDATE SET metrics = EXCLUDED.metrics, overall = EXCLUDED.overall, "
-        "needs_review = EXCLUDED.needs_review, reasons = EXCLUDED.reasons, created_at = now()").bindparams(
-            bindparam("metrics", type_=JSONB)),
-        {"qid": query_id, "scorer": scorer, "metrics": report.model_dump(mode="json")["metrics"],
-         "overall": report.overall, "needs_review": report.needs_review, "reasons": report.reasons})

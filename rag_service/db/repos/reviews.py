@@ -1,5 +1,5 @@
 """The human-review queue: items (at most one per answer), claims with leases, decisions, golden
-items, feedback and the queue's statistics."""
+items and the queue's statistics. (Answers as their askers see them, with feedback: answers.py.)"""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import bindparam
 
 from rag_service.db.engine import Database
-from rag_service.domain import DecisionKind, ReviewStatus, ReviewTrigger
+from rag_service.db.repos.scores import stored_scores
+from rag_service.domain import ReviewTrigger
 from rag_service.domain.review import (
     PriorityPolicy,
     RetrievedChunk,
@@ -25,7 +26,6 @@ from rag_service.domain.review import (
     ReviewFilters,
     ReviewItemDetail,
     ReviewItemSummary,
-    StoredScores,
 )
 from rag_service.errors import ConflictError, NotFoundError
 
@@ -84,35 +84,6 @@ DECIDED: frozenset[str] = frozenset({"approved", "rejected", "edited"})
 
 
 @dataclass(frozen=True)
-class AnswerRecord:
-    """A logged answer with what reviewing it decided (for ``GET /v1/answers/{id}`` and feedback)."""
-
-    answer_id: uuid.UUID
-    collection: str
-    question: str
-    question_hash: str | None
-    api_key_id: uuid.UUID | None
-    principals: list[str]  # the asker's, which decided what the answer could read
-    held: bool
-    text: str
-    short_answer: str | None
-    citations: list[dict[str, Any]]
-    prompt_name: str | None
-    prompt_version: int | None
-    created_at: datetime
-    scores: list[StoredScores]
-    review_id: uuid.UUID | None
-    review_status: ReviewStatus | None
-    decision: DecisionKind | None
-    corrected_answer: str | None
-
-    @property
-    def overall(self) -> float | None:
-        """The latest scorer's overall score."""
-        return self.scores[-1].overall if self.scores else None
-
-
-@dataclass(frozen=True)
 class StatsInputs:
     """The raw numbers ``rag_service.review.stats`` summarises."""
 
@@ -142,16 +113,14 @@ class ReviewScope:
     principals: Sequence[str] | None = None
 
 
-def _scope_sql(scope: ReviewScope | Sequence[str] | None, params: dict[str, Any],
-               column: str = "r.collection") -> str:
+def _scope_sql(scope: ReviewScope | None, params: dict[str, Any]) -> str:
+    """The WHERE condition (on ``review_items r``) that keeps a query inside ``scope``."""
     if scope is None:
         return "TRUE"
-    if not isinstance(scope, ReviewScope):
-        scope = ReviewScope(collections=scope)
     conditions = ["TRUE"]
     if scope.collections is not None:
         params["scope"] = list(scope.collections)
-        conditions.append(f"{column} = ANY(CAST(:scope AS text[]))")
+        conditions.append("r.collection = ANY(CAST(:scope AS text[]))")
     if scope.principals is not None:
         params["scope_principals"] = list(scope.principals)
         conditions.append("(SELECT sq.principals FROM queries sq WHERE sq.id = r.query_id) "
@@ -177,13 +146,17 @@ class ReviewRepository:
         self._db = db
         self.policy = policy or PriorityPolicy()
 
+    @property
+    def db(self) -> Database:
+        return self._db
+
     def _priority_params(self) -> dict[str, Any]:
         return self.policy.model_dump()
 
     # --- listing ---------------------------------------------------------------------------------
 
     async def list(self, filters: ReviewFilters | None = None, *, limit: int = 50, offset: int = 0,
-                   scope: ReviewScope | Sequence[str] | None = None) -> tuple[list[ReviewItemSummary], int]:
+                   scope: ReviewScope | None = None) -> tuple[list[ReviewItemSummary], int]:
         """A page of the queue in priority order, and how many items match in all."""
         params: dict[str, Any] = {**self._priority_params(), "limit": limit, "offset": offset}
         where = self._where(filters or ReviewFilters(), params, scope)
@@ -195,7 +168,7 @@ class ReviewRepository:
         return [ReviewItemSummary.model_validate(dict(r._mapping)) for r in rows], total
 
     @staticmethod
-    def _where(filters: ReviewFilters, params: dict[str, Any], scope: Sequence[str] | None) -> str:
+    def _where(filters: ReviewFilters, params: dict[str, Any], scope: ReviewScope | None) -> str:
         conditions = [_scope_sql(scope, params)]
         if filters.status is not None:
             conditions.append("r.status = :status")
@@ -214,7 +187,7 @@ class ReviewRepository:
                 params[column] = value
         return " AND ".join(conditions)
 
-    async def get(self, review_id: uuid.UUID, scope: ReviewScope | Sequence[str] | None = None) -> ReviewItemDetail:
+    async def get(self, review_id: uuid.UUID, scope: ReviewScope | None = None) -> ReviewItemDetail:
         """The item with its question, answer, citations, the passages read, route, intent, scores
         and decision."""
         params: dict[str, Any] = {**self._priority_params(), "id": review_id}
@@ -227,7 +200,7 @@ class ReviewRepository:
             if row is None:
                 raise NotFoundError(f"no review item {review_id}")
             context = await self._context(conn, row.context)
-            scores = await _scores(conn, row.answer_id)
+            scores = await stored_scores(conn, row.answer_id)
             decision = await self._decision(conn, review_id)
         data = dict(row._mapping)
         return ReviewItemDetail.model_validate({
@@ -270,7 +243,7 @@ class ReviewRepository:
     # --- claims ----------------------------------------------------------------------------------
 
     async def claim(self, review_id: uuid.UUID, reviewer: uuid.UUID | None, lease_s: float,
-                    scope: ReviewScope | Sequence[str] | None = None) -> ReviewClaim:
+                    scope: ReviewScope | None = None) -> ReviewClaim:
         """Lease the item to ``reviewer`` for ``lease_s`` seconds. The same reviewer claiming
         again extends the lease; a lapsed lease can be taken by anyone; a live one held by someone
         else is a ConflictError naming the holder and the expiry. Decided items cannot be claimed;
@@ -306,7 +279,7 @@ class ReviewRepository:
         return ReviewClaim.model_validate(dict(claimed._mapping))
 
     async def claim_next(self, reviewer: uuid.UUID | None, lease_s: float, filters: ReviewFilters | None = None,
-                         scope: ReviewScope | Sequence[str] | None = None) -> ReviewClaim | None:
+                         scope: ReviewScope | None = None) -> ReviewClaim | None:
         """Claim the highest-priority item nobody holds (None: nothing to claim). Concurrent
         callers each get a different item (SKIP LOCKED)."""
         filters = (filters or ReviewFilters()).model_copy(update={"status": None})
@@ -335,7 +308,7 @@ class ReviewRepository:
     # --- decisions ---------------------------------------------------------------------------------
 
     async def decide(self, review_id: uuid.UUID, reviewer: uuid.UUID | None, request: ReviewDecisionRequest,
-                     scope: ReviewScope | Sequence[str] | None = None) -> ReviewDecisionPublic:
+                     scope: ReviewScope | None = None) -> ReviewDecisionPublic:
         """Record the decision of the reviewer holding a live claim on the item (anyone else: a
         ConflictError saying to claim it first). Approved and edited answers become golden
         items: the logged question (resolved, if it was a follow-up), the approved or corrected
@@ -403,42 +376,9 @@ class ReviewRepository:
                 {"after": expire_after_s})).rowcount
         return Housekeeping(released=released, expired=expired)
 
-    # --- answers and feedback ------------------------------------------------------------------------
-
-    async def answer(self, answer_id: uuid.UUID) -> AnswerRecord | None:
-        """The logged answer of query ``answer_id`` with its scores and review state (None: no
-        such query, or it has no answer)."""
-        async with self._db.connect() as conn:
-            row = (await conn.execute(text(
-                "SELECT q.id AS answer_id, q.collection, q.question, q.question_hash, q.api_key_id, q.principals, "
-                "a.held, a.text, a.short_answer, a.citations, a.prompt_name, a.prompt_version, a.created_at, "
-                "r.id AS review_id, r.status AS review_status, d.decision, d.corrected_answer "
-                "FROM queries q JOIN answers a ON a.query_id = q.id LEFT JOIN review_items r ON r.query_id = q.id "
-                "LEFT JOIN review_decisions d ON d.review_id = r.id WHERE q.id = :id"), {"id": answer_id})).first()
-            if row is None:
-                return None
-            scores = await _scores(conn, answer_id)
-        return AnswerRecord(**dict(row._mapping), scores=scores)
-
-    async def add_feedback(self, record: AnswerRecord, *, rating: int, comment: str | None,
-                           key_id: uuid.UUID | None, trigger: ReviewTrigger | None) -> tuple[int, uuid.UUID | None]:
-        """Store the feedback and, when ``trigger`` is given, queue the answer (or add the reason
-        to its item) in the same transaction. Returns (feedback id, review item id or None)."""
-        async with self._db.begin() as conn:
-            feedback_id = (await conn.execute(text(
-                "INSERT INTO answer_feedback (query_id, rating, comment, api_key_id) "
-                "VALUES (:qid, :rating, :comment, :key_id) RETURNING id"),
-                {"qid": record.answer_id, "rating": rating, "comment": comment, "key_id": key_id})).scalar_one()
-            review_id = None
-            if trigger is not None:
-                review_id = await enqueue(conn, query_id=record.answer_id, collection=record.collection,
-                                          question_hash=record.question_hash, trigger=trigger,
-                                          prompt_name=record.prompt_name, prompt_version=record.prompt_version)
-        return feedback_id, review_id
-
     # --- statistics --------------------------------------------------------------------------------
 
-    async def stats_inputs(self, scope: ReviewScope | Sequence[str] | None = None) -> StatsInputs:
+    async def stats_inputs(self, scope: ReviewScope | None = None) -> StatsInputs:
         params: dict[str, Any] = {}
         where = _scope_sql(scope, params)
         async with self._db.connect() as conn:
@@ -456,10 +396,3 @@ class ReviewRepository:
                 "SELECT r.metrics, d.decision FROM review_decisions d JOIN review_items r ON r.id = d.review_id "
                 f"WHERE {where}"), params)).all()]
         return StatsInputs(by_status=by_status, open_ages_s=ages, decisions=decisions, decided=decided)
-
-
-async def _scores(conn: AsyncConnection, query_id: uuid.UUID) -> list[StoredScores]:
-    rows = (await conn.execute(text(
-        "SELECT scorer, overall, needs_review, reasons, metrics, created_at FROM answer_scores "
-        "WHERE query_id = :qid ORDER BY created_at, scorer"), {"qid": query_id})).all()
-    return [StoredScores.model_validate(dict(r._mapping)) for r in rows]
