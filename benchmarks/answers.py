@@ -12,7 +12,13 @@ answers) and each of the 1,190 questions is POSTed to /v1/query:
   the pipeline extracted one, else the first sentence of the answer (without citation markers);
   both are reported separately too, as is F1 of the full answer text;
 - semantic similarity: cosine of the local MiniLM embeddings of that answer and the reference;
-- citation hit rate: the first citation is the paragraph that holds the answer (goal >= 0.90);
+- citation hit rate: the first citation is the paragraph that holds the answer (goal >= 0.90),
+  over all questions (an abstention or a clarification counts as a miss);
+- answered rate (outcome ``answered``), short-answer rate and exact match / F1 on short answers,
+  and the expected calibration error of the confidence (10 equal-width bins; an answer is right
+  when its first citation is the answer's paragraph);
+- abstention: every question again, asked of the collection without its own paragraph
+  (``xquad-minus-k``, see datasets.xquad_without_gold): the share answered ``no_answer``;
 - latency over HTTP at concurrency 1 (p50/p95 of each request, goal p95 <= 150 ms), and
   throughput at concurrency N (default 16; goal >= 50 queries/s): all questions again, N at a time.
 
@@ -36,7 +42,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from benchmarks.datasets import BENCH_DATA, DATA, ensure_ingested, open_runtime, xquad
+from benchmarks.datasets import BENCH_DATA, DATA, ensure_ingested, open_runtime, xquad, xquad_without_gold
 from benchmarks.server import ServerFailed, serve
 
 
@@ -73,7 +79,16 @@ def first_sentence(answer: str) -> str:
     return re.split(r"(?<=[.!?])\s+", text.strip(), maxsplit=1)[0]
 
 
-async def ask_all(base: str, rows: list[dict], concurrency: int) -> tuple[list[dict | None], list[float], float]:
+def expected_calibration_error(probability: np.ndarray, label: np.ndarray, bins: int = 10) -> float:
+    """ECE with equal-width bins: sum over bins of (bin share) x |mean label - mean probability|."""
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    which = np.clip(np.digitize(probability, edges[1:-1]), 0, bins - 1)
+    return float(sum((which == b).mean() * abs(label[which == b].mean() - probability[which == b].mean())
+                     for b in range(bins) if (which == b).any()))
+
+
+async def ask_all(base: str, rows: list[dict], concurrency: int,
+                  collection: dict[str, str] | None = None) -> tuple[list[dict | None], list[float], float]:
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     results: list[dict | None] = [None] * len(rows)
     latencies: list[float] = [0.0] * len(rows)
@@ -85,8 +100,9 @@ async def ask_all(base: str, rows: list[dict], concurrency: int) -> tuple[list[d
             while not queue.empty():
                 i = queue.get_nowait()
                 started = time.perf_counter()
-                response = await client.post("/v1/query", json={"question": rows[i]["question"],
-                                                                "collection": "xquad"})
+                response = await client.post("/v1/query", json={
+                    "question": rows[i]["question"],
+                    "collection": collection[rows[i]["id"]] if collection else "xquad"})
                 latencies[i] = (time.perf_counter() - started) * 1000
                 results[i] = response.json() if response.status_code == 200 else {"error": response.text[:300]}
 
@@ -109,10 +125,14 @@ def main() -> None:
     if args.limit:
         rows = rows[: args.limit]
     paragraph_of = {qid: next(iter(rel)) for qid, rel in dataset.qrels.items()}
+    without = xquad_without_gold()
+    collection_without = {qid: d.collection for d in without for qid in d.qrels}
 
     async def prepare() -> dict:
         runtime = open_runtime(args.data_dir)
         try:
+            for fold in without:
+                await ensure_ingested(runtime, fold)
             return await ensure_ingested(runtime, dataset)
         finally:
             await runtime.close()  # nothing of the benchmark's own runs while the server is measured
@@ -130,6 +150,8 @@ def main() -> None:
             log(f"concurrency 1: {len(rows)} questions in {wall1:.1f} s")
             _, latencies_n, wall_n = asyncio.run(ask_all(base, rows, args.concurrency))
             log(f"concurrency {args.concurrency}: {len(rows)} questions in {wall_n:.1f} s")
+            removed, _, _ = asyncio.run(ask_all(base, rows, args.concurrency, collection_without))
+            log(f"without their paragraphs: {len(rows)} questions")
     except ServerFailed as exc:
         figures["error"] = str(exc)
         log(json.dumps(figures))
@@ -138,6 +160,7 @@ def main() -> None:
     errors = [r for r in results if r is None or "error" in r]
     em, f1s, em_short, f1_short, f1_full, hits, predictions, references = [], [], [], [], [], [], [], []
     outcomes = collections.Counter()
+    confidences, rights = [], []
     generators = collections.Counter()
     for row, result in zip(rows, results, strict=True):
         if result is None or "error" in result:
@@ -158,6 +181,10 @@ def main() -> None:
         f1_full.append(best(re.sub(r"\s*\[\d+\]", "", answer), row["answers"])[1])
         citations = result.get("citations") or []
         hits.append(1.0 if citations and citations[0]["source_uri"] == paragraph_of[row["id"]] else 0.0)
+        if result["outcome"] == "answered" and result.get("confidence") is not None:
+            confidences.append(result["confidence"])
+            rights.append(hits[-1])
+    abstained = [r is not None and r.get("outcome") == "no_answer" for r in removed]
 
     async def similarities() -> list[float]:
         runtime = open_runtime(args.data_dir)
@@ -174,9 +201,13 @@ def main() -> None:
         return round(float(np.mean(values)), 4) if values else None
 
     figures.update({
-        "answered": len(em), "errors": len(errors), "outcomes": dict(outcomes), "generators": dict(generators),
+        "responses": len(em), "errors": len(errors),
+        "answered_rate": round(outcomes["answered"] / len(rows), 4),
+        "abstention_rate_without_paragraph": round(sum(abstained) / len(rows), 4),
+        "expected_calibration_error": round(expected_calibration_error(np.array(confidences), np.array(rights)), 4)
+        if confidences else None, "outcomes": dict(outcomes), "generators": dict(generators),
         "exact_match": mean(em), "token_f1": mean(f1s), "semantic_similarity": mean(sims),
-        "short_answer_rate": round(len(em_short) / max(len(em), 1), 4),
+        "short_answer_rate": round(len(em_short) / len(rows), 4),
         "exact_match_short_answers_only": mean(em_short), "token_f1_short_answers_only": mean(f1_short),
         "token_f1_full_answer_text": mean(f1_full), "citation_hit_rate": mean(hits),
         "latency_ms_c1": {"p50": round(float(np.percentile(latencies, 50)), 1),
@@ -186,7 +217,9 @@ def main() -> None:
         "throughput_qps_c1": round(len(rows) / wall1, 1),
         f"throughput_qps_c{args.concurrency}": round(len(rows) / wall_n, 1),
     })
-    for key in ("exact_match", "token_f1", "semantic_similarity", "citation_hit_rate", "latency_ms_c1",
+    for key in ("answered_rate", "citation_hit_rate", "short_answer_rate", "exact_match_short_answers_only",
+                "token_f1_short_answers_only", "expected_calibration_error", "abstention_rate_without_paragraph",
+                "exact_match", "token_f1", "semantic_similarity", "latency_ms_c1",
                 "throughput_qps_c1", f"throughput_qps_c{args.concurrency}"):
         log(f"{key:28s} {figures[key]}")
     log(json.dumps(figures))

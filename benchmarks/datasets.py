@@ -1,7 +1,8 @@
 """Benchmark data from ../shared/data, loaded once per run, and a persistent ingested copy.
 
-SciFact (BEIR) is the tuning and test set; XQuAD (English) is held out: nothing is trained or
-tuned on it, so it shows whether what helps on SciFact generalises.
+SciFact (BEIR) is the tuning and test set for retrieval; XQuAD (English) is held out from
+retrieval tuning. The answerability model (abstention and confidence) is the one thing trained on
+XQuAD, by article-grouped cross-validation (benchmarks/train_answerability.py).
 """
 
 from __future__ import annotations
@@ -61,6 +62,31 @@ def xquad() -> RetrievalSet:
     queries = {row["id"]: row["question"] for row in rows}
     qrels = {row["id"]: {paragraphs[row["context"]]: 1} for row in rows}
     return RetrievalSet("xquad-en", "xquad", queries, qrels, corpus)
+
+
+XQUAD_FOLDS = 5  # every XQuAD article has five paragraphs
+
+
+def xquad_without_gold() -> list[RetrievalSet]:
+    """XQuAD with each question's own paragraph removed, as five collections: ``xquad-minus-k``
+    holds every paragraph except the k-th of each article (each article keeps its four others, as
+    it would with only the one paragraph removed). A question on an article's k-th paragraph is
+    asked of ``xquad-minus-k``; its qrels name the removed paragraph."""
+    full = xquad()
+    rows = [json.loads(line) for line in _lines(full.corpus)]
+    position: dict[str, int] = {}
+    seen: dict[str, int] = {}
+    for row in rows:
+        position[row["_id"]] = seen.get(row["title"], 0)
+        seen[row["title"]] = position[row["_id"]] + 1
+    folds = []
+    for k in range(XQUAD_FOLDS):
+        corpus = BENCH_DATA / f"xquad_corpus_minus_{k}.jsonl"
+        corpus.write_text("".join(json.dumps(row) + "\n" for row in rows if position[row["_id"]] != k))
+        asked = {q: rel for q, rel in full.qrels.items() if position[next(iter(rel))] == k}
+        folds.append(RetrievalSet(f"xquad-en-minus-{k}", f"xquad-minus-{k}",
+                                  {q: full.queries[q] for q in asked}, asked, corpus))
+    return folds
 
 
 def open_runtime(data_dir: Path, **overrides: object) -> Runtime:

@@ -147,7 +147,8 @@ class Runtime:
             evaluator=self.evaluator,
             config=PipelineConfig(retrieve_budget_s=s.query_retrieve_budget_s, judge_budget_s=s.eval_judge_budget_s,
                                   generate_budget_s=s.query_generate_budget_s, history_turns=s.conversation_turns,
-                                  candidates=s.query_retrieval_candidates, strategies=s.default_strategies),
+                                  candidates=s.query_retrieval_candidates, strategies=s.default_strategies,
+                                  abstain_below=s.answer_abstain_below),
         )
 
     @cached_property

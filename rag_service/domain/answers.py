@@ -41,3 +41,9 @@ class GeneratedAnswer(BaseModel):
     prompt_name: str | None = None
     prompt_version: int | None = None
     fallback_reason: str | None = Field(default=None, description="Why the LLM answer was not used, if it wasn't.")
+    answered: bool = Field(default=True, description="False: the evidence does not answer the question, and "
+                                                     "the answer says so.")
+    closest_sources: list[Citation] = Field(default_factory=list, description=(
+        "When not answered: the passages nearest the question, for the user to look at (not support)."))
+    answerability: dict[str, float] | None = Field(default=None, description=(
+        "The evidence features the answerability model read (extractive generator)."))

@@ -17,7 +17,7 @@ from rag_service.domain.review import ReviewTrigger
 from rag_service.domain.routing import RouteDecision
 
 MAX_QUESTION_CHARS = 2000
-Outcome = Literal["answered", "clarification", "declined", "pending_review"]
+Outcome = Literal["answered", "no_answer", "clarification", "declined", "pending_review"]
 StepStatus = Literal["ok", "failed", "fallback", "skipped"]
 
 
@@ -97,6 +97,12 @@ class QueryResult(BaseModel):
     model: str | None = None
     prompt: dict[str, Any] | None = None
     fallback_reason: str | None = None
+    closest_sources: list[Citation] = Field(default_factory=list, description=(
+        "Outcome no_answer: the passages nearest the question, for the user to look at; they do not "
+        "support an answer."))
+    answerability: dict[str, float] | None = Field(default=None, description=(
+        "The evidence features the answerability model read; the answer's confidence is its probability that "
+        "the first cited passage holds the answer."))
     guardrails: dict[str, Any]
     evaluation: EvaluationReport | None = Field(default=None, description="The answer's seven-metric grades.")
     review_id: uuid.UUID | None = Field(default=None, description="The review item, when the answer was queued.")

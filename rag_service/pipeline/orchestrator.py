@@ -48,7 +48,7 @@ from rag_service.pipeline.collaborators import (
 )
 from rag_service.pipeline.evaluation import AnswerEvaluator, Graded, contexts_of
 from rag_service.pipeline.executor import EventSink, Executor, Fallback, Plan, RetryPolicy, Step, no_events
-from rag_service.pipeline.generation.extractive import ExtractiveGenerator
+from rag_service.pipeline.generation.extractive import ABSTAIN_BELOW, ExtractiveGenerator
 from rag_service.pipeline.guardrails import InputCheck, check_input, check_output
 from rag_service.pipeline.intent import IntentParser
 from rag_service.pipeline.intent_llm import RULES_UNSURE_BELOW, refine_with_llm
@@ -95,6 +95,9 @@ class PipelineConfig:
     evaluate_margin_s: float = 10.0
     max_late_gradings: int = 32  # LLM gradings after delivery running at once; more are skipped (logged)
     strategies: tuple[str, ...] | None = None  # for routes that name none (None: every registered one)
+    # The extractive answer says the documents do not answer when the answerability model's
+    # probability that its best passage holds the answer is below this (0: never).
+    abstain_below: float = ABSTAIN_BELOW
 
 
 class OutputRejectedError(RagServiceError):
@@ -128,11 +131,11 @@ class QueryPipeline:
         self._guidelines = guidelines
         self._log = query_log
         self._parser = parser or IntentParser()
-        self._extractive = ExtractiveGenerator()
+        self.config = config or PipelineConfig()
+        self._extractive = ExtractiveGenerator(self.config.abstain_below)
         self._generator: AnswerGenerator = generator or self._extractive
         self._intent_llm = intent_llm  # asked only when the rules are unsure of the query type
         self.evaluator = evaluator or AnswerEvaluator()
-        self.config = config or PipelineConfig()
         self._late = LateGrading(self.evaluator, query_log,
                                  budget_s=self.config.judge_budget_s + self.config.evaluate_margin_s,
                                  max_running=self.config.max_late_gradings)
@@ -334,8 +337,10 @@ class QueryPipeline:
         steps.append(Step("verify", "verify", verify, depends_on=("generate",), fallback=repair,
                           fallback_on=(OutputRejectedError,)))
 
-        async def evaluate() -> EvaluationReport:
+        async def evaluate() -> EvaluationReport | None:
             answer: GeneratedAnswer = run.results["verify"]
+            if not answer.answered:
+                return None  # "the documents do not answer" has no claims to grade, nothing to review
             inp, graded = await self.evaluator.local(
                 question=intent.question, answer=answer.answer, contexts=contexts_of(context),
                 parts=intent.sub_questions, claims=answer.claims, now=now)

@@ -75,6 +75,10 @@ def fill_answer(result: QueryResult, answer: GeneratedAnswer) -> None:
     result.reasoning_steps = answer.reasoning_steps
     result.generator, result.model = answer.generator, answer.model
     result.fallback_reason = answer.fallback_reason
+    result.closest_sources = answer.closest_sources
+    result.answerability = answer.answerability
+    if not answer.answered:
+        result.outcome = "no_answer"
     if answer.prompt_name:
         result.prompt = {"name": answer.prompt_name, "version": answer.prompt_version}
 

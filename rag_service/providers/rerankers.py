@@ -102,7 +102,8 @@ def ranker_features(candidates: Sequence[Candidate], cosines: np.ndarray) -> np.
 
 @dataclass(frozen=True)
 class LinearModel:
-    """A standardised linear scorer (logistic regression weights) over FEATURES."""
+    """A standardised linear scorer (logistic regression weights) over named features: the local
+    ranker's FEATURES, or the answerability model's."""
 
     features: tuple[str, ...]
     mean: np.ndarray
@@ -110,25 +111,31 @@ class LinearModel:
     weights: np.ndarray
     bias: float
     trained_on: str
+    threshold: float | None = None  # the operating point the training chose, for models that decide
 
     @classmethod
-    def load(cls, path: Path | None = None) -> LinearModel:
+    def load(cls, path: Path | None = None, *, resource: str = "local_ranker.json",
+             features: tuple[str, ...] = FEATURES) -> LinearModel:
+        """Weights from ``path``, else from the package's ``resource``; they must be for ``features``."""
         if path is None:
-            text = resources.files("rag_service.providers.data").joinpath("local_ranker.json").read_text()
+            text = resources.files("rag_service.providers.data").joinpath(resource).read_text()
         else:
             text = path.read_text()
         data = json.loads(text)
-        if tuple(data["features"]) != FEATURES:
-            raise ConfigError(f"local ranker weights are for features {data['features']}, this code makes {FEATURES}")
+        if tuple(data["features"]) != features:
+            raise ConfigError(f"{path or resource} holds weights for features {data['features']}, "
+                              f"this code makes {features}")
         return cls(tuple(data["features"]), np.array(data["mean"]), np.array(data["scale"]),
-                   np.array(data["weights"]), float(data["bias"]), data.get("trained_on", ""))
+                   np.array(data["weights"]), float(data["bias"]), data.get("trained_on", ""),
+                   data.get("threshold"))
 
     def score(self, features: np.ndarray) -> np.ndarray:
         return ((features - self.mean) / self.scale) @ self.weights + self.bias
 
     def dump(self) -> dict[str, object]:
         return {"features": list(self.features), "mean": self.mean.tolist(), "scale": self.scale.tolist(),
-                "weights": self.weights.tolist(), "bias": self.bias, "trained_on": self.trained_on}
+                "weights": self.weights.tolist(), "bias": self.bias, "trained_on": self.trained_on,
+                **({"threshold": self.threshold} if self.threshold is not None else {})}
 
 
 class LocalReranker:

@@ -51,7 +51,7 @@ def candidate(key: str, rank: int) -> Candidate:
     hit = SearchHit(chunk_id=uuid.uuid5(uuid.NAMESPACE_URL, key), document_id=uuid.uuid5(uuid.NAMESPACE_DNS, key),
                     parent_id=None, ordinal=0, source_uri=f"{key}.md", title=key.title(), text=text, start_char=0,
                     end_char=len(text), score=1.0 / rank)
-    return Candidate(hit=hit, fused_score=1.0 / rank, ranks={"semantic": rank})
+    return Candidate(hit=hit, fused_score=1.0 / rank, ranks={"semantic": rank}, scores={"semantic": 0.7 - 0.05 * rank})
 
 
 class FakeRetriever:
@@ -154,8 +154,10 @@ def test_the_fakes_satisfy_the_protocols() -> None:
 
 async def test_an_answer_runs_the_plan_and_logs_a_masked_record() -> None:
     log, events = FakeLog(), Events()
-    result = await pipeline(log=log).run(ask("How long should the dough rise for ann@example.com"),
-                                         events, NOW)
+    # The e-mail's words are in no passage, which makes abstaining likelier; this test is about the
+    # plan and the log record, so abstention is off (test_no_answer_* covers it).
+    result = await pipeline(log=log, abstain_below=0.0).run(
+        ask("How long should the dough rise for ann@example.com"), events, NOW)
     assert result.outcome == "answered" and result.generator == "extractive"
     assert "[1]" in result.answer and result.citations[0].source_uri == "dough.md"
     assert [s.kind for s in result.steps] == ["guardrails", "intent", "route", "retrieve", "generate", "verify",
@@ -167,6 +169,19 @@ async def test_an_answer_runs_the_plan_and_logs_a_masked_record() -> None:
     [entry] = log.entries
     assert "ann@example.com" not in entry.model_dump_json() and entry.answer is not None
     assert entry.answer.timings["generate"] >= 0 and entry.outcome == "answered"
+
+
+async def test_no_answer_when_the_passages_do_not_hold_it() -> None:
+    log, events = FakeLog(), Events()
+    result = await pipeline(log=log).run(ask("Who won the 2022 FIFA World Cup in Qatar?"), events, NOW)
+    assert result.outcome == "no_answer" and "do not appear to answer" in result.answer
+    assert result.citations == [] and result.short_answer is None
+    assert result.closest_sources and not any(s.verified for s in result.closest_sources)
+    assert result.confidence is not None and result.confidence < 0.1
+    assert result.evaluation is None and result.review_id is None  # nothing to grade or review
+    assert "token" in events.kinds()  # the statement streams like an answer
+    [entry] = log.entries
+    assert entry.outcome == "no_answer" and entry.answer is None
 
 
 async def test_clarifications_and_declines_plan_only_persistence() -> None:

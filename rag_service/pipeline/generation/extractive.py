@@ -1,17 +1,19 @@
 """The extractive generator (no LLM): it answers with the retrieved sentences that best answer
-the question (and each sub-question), in reading order, each cited [n]; and, when the question
-asks for a number, a date, a person or a place, the span of that kind nearest the question's
-words in the best sentence, as the short answer."""
+the question (and each sub-question), in reading order, each cited [n], with a short answer span
+when one is likely enough (spans.py). When the answerability model (answerability.py) finds the
+retrieved evidence does not answer the question, it says so instead and lists the closest
+passages; the model's probability is the answer's confidence either way."""
 
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rag_service.domain import Candidate, Citation, Complexity, GeneratedAnswer
+from rag_service.pipeline.generation.answerability import Assessment, Evidence, assess
+from rag_service.pipeline.generation.spans import short_answer
 from rag_service.pipeline.generation.tokens import TokenSink
 from rag_service.text.citations import verify_claims
 from rag_service.text.sentences import Sentence, split_sentences
@@ -20,29 +22,19 @@ from rag_service.text.terms import terms
 MAX_SENTENCES = 3
 _RANK_PRIOR = 0.15
 
-_NUMBER = (r"(?:\$|€|£)?\d[\d,]*(?:\.\d+)?(?:\s?(?:%|percent|million|billion|thousand|hundred))?"
-           r"(?:\s(?:seconds?|minutes?|hours?|days?|weeks?|months?|years?|km|kilometers?|kilometres?|miles?|"
-           r"meters?|metres?|feet|kg|pounds?))?")
-_YEAR = r"\b(?:1[5-9]|20)\d{2}\b"
-_MONTH = r"(?:January|February|March|April|May|June|July|August|September|October|November|December)"
-_DATE = (rf"(?:{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?,?\s+\d{{4}}|\d{{1,2}}\s+{_MONTH}\s+\d{{4}}"
-         rf"|{_MONTH}\s+\d{{4}}|{_YEAR})")
-_NAME = r"(?:[A-Z][\w'.-]*(?:\s+(?:of|de|von|van|the|and)?\s*[A-Z][\w'.-]*)*)"
-_SPAN_KINDS: list[tuple[re.Pattern[str], re.Pattern[str]]] = [
-    (re.compile(r"\b(how (many|much|long|far|old|big|large)|what (percentage|proportion|number|amount)|"
-                r"how much)\b", re.I), re.compile(_NUMBER)),
-    (re.compile(r"\b(when|what (year|date|day|month|decade|century)|which year)\b", re.I), re.compile(_DATE)),
-    (re.compile(r"\b(who|whom|whose|which (person|company|team|organi[sz]ation|group))\b", re.I),
-     re.compile(_NAME)),
-    (re.compile(r"\b(where|which (city|country|state|place|region))\b", re.I), re.compile(_NAME)),
-]
-
 
 @dataclass(frozen=True)
 class _Scored:
     context: int           # 1-based context number
     sentence: Sentence
     score: float
+
+
+@dataclass(frozen=True)
+class Selection:
+    sentences: list[_Scored]  # in reading order
+    best: str                 # the best-scoring sentence's text (where a short answer is looked for)
+    assessment: Assessment
 
 
 def _idf(sentences: Sequence[list[str]]) -> dict[str, float]:
@@ -61,31 +53,20 @@ def _coverage(question_terms: set[str], sentence_terms: set[str], idf: dict[str,
     return covered / total if total else covered
 
 
-def short_answer(question: str, sentence: str) -> str | None:
-    """The span answering a how-many / when / who / where question, from ``sentence``: of the
-    right kind, not already in the question, nearest to the question's words."""
-    for asks, kind in _SPAN_KINDS:
-        if not asks.search(question):
-            continue
-        question_lower = question.lower()
-        anchors = [m.start() for t in set(terms(question)) for m in re.finditer(re.escape(t), sentence.lower())]
-        candidates = [m for m in kind.finditer(sentence)
-                      if m.group(0).strip(" ,.") and m.group(0).lower() not in question_lower]
-        if not candidates:
-            return None
-        best = candidates[0] if not anchors else min(
-            candidates, key=lambda m: min(abs(m.start() - a) for a in anchors))
-        span = re.sub(r"^(The|A|An)\s+", "", best.group(0).strip(" ,."))
-        # "How many minutes...?" is answered by the number: the question already names the unit.
-        unit = re.search(r"\s([a-z]+)$", span)
-        if unit and re.search(rf"\b{unit.group(1)}", question_lower):
-            span = span[: unit.start()]
-        return span
-    return None
+NOTHING_FOUND = "I could not find anything about this in the documents."
+NOT_IN_DOCUMENTS = ("The documents in this collection do not appear to answer this question. The closest passages "
+                    "are listed as sources, in case the answer is phrased in a way I did not recognise.")
+# The default abstention threshold on the answerability probability (see train_answerability.py).
+ABSTAIN_BELOW = 0.1
 
 
 class ExtractiveGenerator:
     name = "extractive"
+
+    def __init__(self, abstain_below: float = ABSTAIN_BELOW) -> None:
+        """``abstain_below``: answer only when the answerability model's probability that the
+        evidence answers reaches it (0 never abstains)."""
+        self.abstain_below = abstain_below
 
     async def generate(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate], *,
                        tier: Complexity = "simple", injection_flagged: bool = False,
@@ -93,13 +74,17 @@ class ExtractiveGenerator:
         """The AnswerGenerator protocol: ``extract``, with each claim passed to ``on_token`` as the
         answer's text (there is no model tier, and retrieved text is never executed as instructions)."""
         answer = self.extract(question, sub_questions, context, retrieval_confidence)
-        if on_token is not None:
+        if on_token is not None and not answer.claims:
+            await on_token(answer.answer)
+        elif on_token is not None:
             for claim in answer.claims:
                 await on_token(claim.text + "".join(f" [{n}]" for n in claim.citations) + " ")
         return answer
 
-    def extract(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate],
-                retrieval_confidence: float | None = None) -> GeneratedAnswer:
+    def select(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate]) -> Selection | None:
+        """The sentences that answer best (each part's best; for a single question, up to
+        MAX_SENTENCES that score nearly as well) and the answerability model's reading of the
+        evidence; None when the context holds no sentence."""
         pool: list[_Scored] = []
         sentence_terms: list[list[str]] = []
         for number, candidate in enumerate(context, start=1):
@@ -107,11 +92,10 @@ class ExtractiveGenerator:
                 pool.append(_Scored(number, sentence, 0.0))
                 sentence_terms.append(terms(sentence.text))
         if not pool:
-            return GeneratedAnswer(answer="I could not find anything about this in the documents.", citations=[],
-                                   claims=[], confidence=0.0, generator="extractive")
+            return None
         idf = _idf(sentence_terms)
         chosen: dict[tuple[int, int], _Scored] = {}
-        best_overall = 0.0
+        assessment: Assessment | None = None
         for index, q in enumerate([question, *sub_questions]):
             q_terms = set(terms(q))
             scored = sorted(
@@ -120,16 +104,45 @@ class ExtractiveGenerator:
                 key=lambda s: (-s.score, s.context, s.sentence.start),
             )
             top = scored[0]
-            best_overall = max(best_overall, top.score - _RANK_PRIOR / top.context)
             chosen.setdefault((top.context, top.sentence.start), top)
-            if index == 0 and not sub_questions:
-                # A single question may take a couple of supporting sentences that score nearly as well.
-                for s in scored[1:MAX_SENTENCES]:
-                    if s.score >= 0.6 * top.score:
-                        chosen.setdefault((s.context, s.sentence.start), s)
+            if index == 0:
+                # Whether the evidence answers is judged on the whole question's best sentence.
+                document = context[top.context - 1].hit.document_id
+                other = next((s for s in scored if context[s.context - 1].hit.document_id != document), None)
+                assessment = assess(Evidence(
+                    question=question, best_sentence=top.sentence.text, best_chunk=context[top.context - 1].hit.text,
+                    best_coverage=top.score - _RANK_PRIOR / top.context,
+                    other_coverage=other.score - _RANK_PRIOR / other.context if other else 0.0,
+                    context=[c.hit.text for c in context], idf=idf,
+                    cosines=[c.scores["semantic"] for c in context if "semantic" in c.scores]))
+                if not sub_questions:
+                    # A single question may take a couple of supporting sentences that score nearly as well.
+                    for s in scored[1:MAX_SENTENCES]:
+                        if s.score >= 0.6 * top.score:
+                            chosen.setdefault((s.context, s.sentence.start), s)
+        assert assessment is not None
         # Reading order: by context rank, then position in the chunk.
         ordered = sorted(chosen.values(), key=lambda s: (s.context, s.sentence.start))
-        best = max(chosen.values(), key=lambda s: s.score)
+        return Selection(ordered, max(chosen.values(), key=lambda s: s.score).sentence.text, assessment)
+
+    def extract(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate],
+                retrieval_confidence: float | None = None) -> GeneratedAnswer:
+        """The answer, or, when the answerability model finds the evidence does not answer the
+        question, a statement saying so with the closest passages (``answered`` false).
+        ``retrieval_confidence`` is accepted for the protocol's sake: the model reads the evidence itself."""
+        selection = self.select(question, sub_questions, context)
+        if selection is None:
+            return GeneratedAnswer(answer=NOTHING_FOUND, citations=[], claims=[], confidence=0.0,
+                                   generator="extractive", answered=False)
+        assessment = selection.assessment
+        if assessment.probability < self.abstain_below:
+            # The confidence model knows answerable questions only; here the answerability
+            # probability is the honest figure.
+            return GeneratedAnswer(answer=NOT_IN_DOCUMENTS, citations=[], claims=[],
+                                   confidence=round(assessment.probability, 3), generator="extractive",
+                                   answered=False, answerability=assessment.features,
+                                   closest_sources=[_closest(n, c) for n, c in enumerate(context[:3], start=1)])
+        ordered = selection.sentences
         answer = " ".join(f"{s.sentence.text} [{s.context}]" for s in ordered)
         citations = []
         for s in ordered:
@@ -143,10 +156,17 @@ class ExtractiveGenerator:
             ))
         # Citation order follows the answer: the first citation is the first context cited.
         claims = verify_claims(answer, [c.hit.text for c in context])
-        # How well the best sentence covers the question, tempered by the retrieval's own confidence
-        # when it could judge its results.
-        confidence = best_overall if retrieval_confidence is None else 0.7 * best_overall + 0.3 * retrieval_confidence
-        confidence = max(0.0, min(1.0, confidence))
-        return GeneratedAnswer(answer=answer, short_answer=short_answer(question, best.sentence.text),
-                               citations=citations, claims=claims, confidence=round(confidence, 3),
-                               generator="extractive")
+        short = short_answer(question, selection.best, assessment.probability)
+        return GeneratedAnswer(answer=answer, short_answer=short, citations=citations, claims=claims,
+                               confidence=round(assessment.confidence, 3), generator="extractive",
+                               answerability=assessment.features)
+
+
+def _closest(n: int, candidate: Candidate) -> Citation:
+    """A retrieved passage shown for the user to look at, not as support (``verified`` false)."""
+    hit = candidate.hit
+    first = split_sentences(hit.text)[:1]
+    quote = first[0].text if first else hit.text[:300]
+    return Citation(n=n, chunk_id=hit.chunk_id, document_id=hit.document_id, source_uri=hit.source_uri,
+                    title=hit.title, start_char=hit.start_char, end_char=hit.start_char + len(quote),
+                    quote=quote, verified=False)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from rag_service.domain import Candidate, Citation, GeneratedAnswer
 from rag_service.errors import ProviderError
-from rag_service.pipeline.generation.extractive import short_answer
+from rag_service.pipeline.generation.spans import short_answer
 from rag_service.pipeline.generation.tokens import TokenSink
 from rag_service.prompts.registry import PromptRegistry
 from rag_service.providers.llm import LLM, Tier

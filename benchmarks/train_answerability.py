@@ -1,0 +1,243 @@
+"""Train the answerability model (abstention and confidence of extractive answers) on XQuAD.
+
+    .venv/bin/python -m benchmarks.train_answerability [--data-dir .bench-data/xquad] [--reuse]
+
+The examples are built from ../shared/data/xquad_en, through the real query pipeline in process
+(default configuration, abstention off so every question yields its evidence features):
+
+- answerable: each of the 1,190 questions against the full collection (240 paragraphs), labelled 1
+  when the answer's first citation is the paragraph that holds the answer, else 0;
+- unanswerable: the same question against the collection without its paragraph
+  (``xquad-minus-k``: every article keeps its four other paragraphs), labelled 0.
+
+The label is "the first cited passage holds the answer", so the model's probability is the answer's
+confidence in exactly the sense the calibration check measures. A scikit-learn
+LogisticRegression on the standardised features is evaluated by 5-fold cross-validation grouped
+by article (a question's article is never in its own training folds): ROC AUC, the expected
+calibration error (10 equal-width bins) on the full collection, and for a range of thresholds the
+answered rate on the full collection and the abstention rate without the paragraph. It is then
+refit on everything and written to rag_service/providers/data/answerability.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
+from sklearn.model_selection import GroupKFold
+
+from benchmarks.answers import expected_calibration_error, normalize
+from benchmarks.datasets import BENCH_DATA, DATA, ensure_ingested, open_runtime, xquad, xquad_without_gold
+from rag_service.domain import Candidate, QueryRequest
+from rag_service.pipeline.generation.answerability import FEATURES, confidence_model, default_model, impute
+from rag_service.pipeline.generation.extractive import ExtractiveGenerator
+from rag_service.pipeline.generation.spans import FEATURES as SPAN_FEATURES
+from rag_service.pipeline.generation.spans import candidates, span_features
+from rag_service.pipeline.orchestrator import QueryPipeline
+from rag_service.providers.rerankers import LinearModel
+from rag_service.text.questions import focus
+
+OUTPUT = Path(__file__).resolve().parents[1] / "rag_service" / "providers" / "data" / "answerability.json"
+ROWS = BENCH_DATA / "answerability_rows.jsonl"
+THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
+SPAN_OUTPUT = OUTPUT.with_name("short_answer.json")
+CONFIDENCE_OUTPUT = OUTPUT.with_name("answer_confidence.json")
+SPAN_THRESHOLDS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7)
+SPAN_PRECISION = 0.60
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+class Recorder(ExtractiveGenerator):
+    """The extractive generator, keeping what it was given: features can then be recomputed from
+    the saved contexts without running the queries again."""
+
+    def __init__(self) -> None:
+        super().__init__(abstain_below=0.0)
+        self.last: dict | None = None
+
+    async def generate(self, question, sub_questions, context, **kwargs):  # noqa: ANN001, ANN003, ANN201
+        self.last = {"question": question, "sub_questions": list(sub_questions),
+                     "context": [c.model_dump(mode="json") for c in context]}
+        return await super().generate(question, sub_questions, context, **kwargs)
+
+
+async def collect(data_dir: Path) -> list[dict]:
+    """Each question through the real pipeline, against the full collection and without its
+    paragraph: what the generator was given, and the gold paragraph and answers."""
+    full = xquad()
+    without = xquad_without_gold()
+    rows = [json.loads(line) for line in (DATA / "xquad_en" / "xquad_en_flat.jsonl").read_text().splitlines()
+            if line.strip()]
+    runtime = open_runtime(data_dir, eval_llm_judge=False, eval_ragas=False)
+    examples: list[dict] = []
+    try:
+        for dataset in (full, *without):
+            report = await ensure_ingested(runtime, dataset)
+            log(f"{dataset.collection}: {report['documents']}")
+        collection_of = {qid: d.collection for d in without for qid in d.qrels}
+        gold = {qid: next(iter(rel)) for qid, rel in full.qrels.items()}
+        recorder = Recorder()
+        pipeline = QueryPipeline(retriever=runtime.retriever, collections=runtime.catalog,
+                                 guidelines=runtime.guidelines, query_log=runtime.query_log, generator=recorder,
+                                 parser=runtime.intent_parser, evaluator=runtime.evaluator,
+                                 config=runtime.pipeline.config)
+        for i, row in enumerate(rows):
+            for setting, collection in (("full", "xquad"), ("removed", collection_of[row["id"]])):
+                recorder.last = None
+                await pipeline.run(QueryRequest(question=row["question"], collection=collection))
+                if recorder.last is None:  # a clarification or a decline: nothing was generated
+                    continue
+                examples.append({"id": row["id"], "title": row["title"], "setting": setting, "gold": gold[row["id"]],
+                                 "answers": row["answers"], **recorder.last})
+            if (i + 1) % 100 == 0:
+                log(f"{i + 1}/{len(rows)} questions")
+    finally:
+        await runtime.close()
+    return examples
+
+
+def featurise(examples: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(features, label, is-full-collection, article) per example, recomputed from the saved contexts."""
+    generator = ExtractiveGenerator(abstain_below=0.0)
+    x, y = [], []
+    for e in examples:
+        context = [Candidate.model_validate(c) for c in e["context"]]
+        answer = generator.extract(e["question"], e["sub_questions"], context)
+        x.append([answer.answerability.get(f, np.nan) for f in FEATURES] if answer.answerability
+                 else [0.0] * len(FEATURES))
+        first = answer.citations[0].source_uri if answer.citations else None
+        y.append(int(e["setting"] == "full" and first == e["gold"]))
+    return (np.array(x, dtype=np.float64), np.array(y), np.array([e["setting"] == "full" for e in examples]),
+            np.array([e["title"] for e in examples]))
+
+
+def span_rows(examples: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Short-answer candidates of each full-collection question's best sentence: (features, exactly
+    the answer?, question index, article)."""
+    generator = ExtractiveGenerator(abstain_below=0.0)
+    x, y, question, groups = [], [], [], []
+    for i, e in enumerate(examples):
+        if e["setting"] != "full":
+            continue
+        selection = generator.select(e["question"], e["sub_questions"],
+                                     [Candidate.model_validate(c) for c in e["context"]])
+        if selection is None:
+            continue
+        spans = candidates(selection.best, e["question"])
+        asked = focus(e["question"])
+        answers = {normalize(a) for a in e["answers"]}
+        for span in spans:
+            x.append(span_features(span, spans, selection.best, asked, selection.assessment.probability))
+            y.append(int(normalize(span.text) in answers))
+            question.append(i)
+            groups.append(e["title"])
+    return np.array(x), np.array(y), np.array(question), np.array(groups)
+
+
+def train_short_answers(examples: list[dict], output: Path) -> dict:
+    x, y, question, groups = span_rows(examples)
+    questions = sum(e["setting"] == "full" for e in examples)
+    oof = np.zeros(len(y))
+    for train, test in GroupKFold(n_splits=5).split(x, y, groups):
+        oof[test] = probabilities(fit(x[train], y[train], SPAN_FEATURES), x[test])
+    # Per question, the best-scored candidate: is it exactly the answer?
+    top: dict[int, tuple[float, int]] = {}
+    for p, label, q in zip(oof, y, question, strict=True):
+        if q not in top or p > top[q][0]:
+            top[q] = (p, label)
+    best_p = np.array([v[0] for v in top.values()])
+    best_y = np.array([v[1] for v in top.values()])
+    table = {}
+    for t in SPAN_THRESHOLDS:
+        given = best_p >= t
+        table[str(t)] = {"short_answer_rate": round(float(given.sum() / questions), 4),
+                         "exact_match": round(float(best_y[given].mean()), 4) if given.any() else None}
+    # The operating point: the lowest threshold whose out-of-fold exact match reaches the precision
+    # target (precision first: a wrong short answer is worse than none).
+    chosen = next((t for t in SPAN_THRESHOLDS if (table[str(t)]["exact_match"] or 0) >= SPAN_PRECISION),
+                  SPAN_THRESHOLDS[-1])
+    model = fit(x, y, SPAN_FEATURES)
+    model = LinearModel(SPAN_FEATURES, model.mean, model.scale, model.weights, model.bias, trained_on=(
+        f"XQuAD (en): {len(y)} candidates of {questions} questions' best sentences, {int(y.sum())} exactly the "
+        f"answer; scikit-learn LogisticRegression; threshold for out-of-fold exact match >= {SPAN_PRECISION}"),
+        threshold=chosen)
+    output.write_text(json.dumps(model.dump(), indent=1) + "\n")
+    return {"candidates": len(y), "exact": int(y.sum()), "questions_with_an_exact_candidate": int(best_y.size and
+            len({q for q, label in zip(question, y, strict=True) if label})), "thresholds": table, "chosen": chosen}
+
+
+def fit(x: np.ndarray, y: np.ndarray, features: tuple[str, ...] = FEATURES) -> LinearModel:
+    # Unknown features (NaN: no semantic search, no cosines) are imputed with the mean, as at run time.
+    mean = np.nanmean(x, axis=0)
+    x = np.where(np.isnan(x), mean, x)
+    scale = x.std(axis=0)
+    scale[scale == 0] = 1.0
+    model = LogisticRegression(C=1.0, max_iter=2000).fit((x - mean) / scale, y)
+    return LinearModel(features, mean, scale, model.coef_[0], float(model.intercept_[0]), trained_on="")
+
+
+def probabilities(model: LinearModel, x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-model.score(impute(x, model))))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", type=Path, default=BENCH_DATA / "xquad")
+    parser.add_argument("--reuse", action="store_true", help=f"Train on the examples saved in {ROWS}.")
+    parser.add_argument("--output", type=Path, default=OUTPUT)
+    args = parser.parse_args()
+    if args.reuse and ROWS.exists():
+        examples = [json.loads(line) for line in ROWS.read_text().splitlines()]
+    else:
+        examples = asyncio.run(collect(args.data_dir))
+        ROWS.write_text("".join(json.dumps(e) + "\n" for e in examples))
+    x, y, full, groups = featurise(examples)
+
+    # Out-of-fold probabilities: each article's questions scored by a model that never saw it.
+    # The confidence model is fitted on the full-collection examples only.
+    oof, confidence = np.zeros(len(y)), np.zeros(len(y))
+    for train, test in GroupKFold(n_splits=5).split(x, y, groups):
+        oof[test] = probabilities(fit(x[train], y[train]), x[test])
+        answerable = train[full[train]]
+        confidence[test] = probabilities(fit(x[answerable], y[answerable]), x[test])
+    cv: dict = {"examples": len(y), "positives": int(y.sum()), "auc": round(float(roc_auc_score(y, oof)), 4),
+                "ece_full_collection": round(expected_calibration_error(confidence[full], y[full]), 4),
+                "thresholds": {}}
+    for t in THRESHOLDS:
+        answered = oof[full] >= t
+        cv["thresholds"][str(t)] = {
+            "answered_full": round(float(answered.mean()), 4),
+            "hit_at_1_full": round(float((answered & (y[full] == 1)).mean()), 4),
+            "abstained_removed": round(float((oof[~full] < t).mean()), 4),
+            "ece_answered": round(expected_calibration_error(confidence[full][answered], y[full][answered]), 4),
+        }
+    calibrated = fit(x[full], y[full])
+    calibrated = LinearModel(FEATURES, calibrated.mean, calibrated.scale, calibrated.weights, calibrated.bias,
+                             trained_on=f"XQuAD (en): {int(full.sum())} questions against the full collection; "
+                                        f"scikit-learn LogisticRegression; article-grouped 5-fold CV: ECE "
+                                        f"{cv['ece_full_collection']} (10 bins)")
+    CONFIDENCE_OUTPUT.write_text(json.dumps(calibrated.dump(), indent=1) + "\n")
+    model = fit(x, y)
+    model = LinearModel(FEATURES, model.mean, model.scale, model.weights, model.bias, trained_on=(
+        f"XQuAD (en): {int(full.sum())} questions against the full collection and {int((~full).sum())} "
+        f"without their paragraph; scikit-learn LogisticRegression; article-grouped 5-fold CV: "
+        f"AUC {cv['auc']}, ECE {cv['ece_full_collection']}"))
+    args.output.write_text(json.dumps(model.dump(), indent=1) + "\n")
+    default_model.cache_clear()  # the short-answer features read the models just written
+    confidence_model.cache_clear()
+    shorts = train_short_answers(examples, SPAN_OUTPUT)
+    weights = dict(zip(FEATURES, np.round(model.weights, 3).tolist(), strict=True))
+    log(json.dumps({"short_answers": shorts, "cross_validation": cv, "weights": weights,
+                    "output": str(args.output)}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Does the retrieved evidence answer the question? A small learned model over evidence that
+generalises across collections (pure, apart from loading its weights once).
+
+The features say whether the question's focus is matched where the answer would be: how much of
+its content (IDF-weighted within the retrieved sentences, and plainly) the best sentence holds, how
+much the whole context holds, whether the names and numbers it mentions appear, whether adjacent
+question terms appear together, whether the best sentence holds the kind of fact asked for (a
+number for "how many", a date for "when", a name for "who"), how close the best chunk is to the
+question in embedding space and how far it stands out from the rest, and by how much the best
+sentence beats the best one in any other chunk.
+
+A logistic regression over them (``benchmarks/train_answerability.py``, trained on questions built
+from XQuAD: each question against the full collection, labelled by whether the first citation is
+the paragraph holding the answer, and against the collection without that paragraph, labelled 0)
+gives the probability that the answer's first cited passage holds the answer; below a threshold the
+generator says the documents do not appear to answer. The answer's confidence is a second logistic
+regression over the same features, trained on the answerable questions only, so that it is
+calibrated where answers are given (a model fitted on the mixture under-states it there): the
+training script reports the expected calibration error under article-grouped cross-validation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+from rag_service.providers.rerankers import LinearModel
+from rag_service.text.facts import facts
+from rag_service.text.questions import AnswerKind, Focus, focus
+from rag_service.text.terms import terms
+
+FEATURES = ("best_coverage", "best_share", "chunk_share", "context_share", "entity_best", "entity_chunk",
+            "entity_context", "has_entities", "pair_best", "pair_chunk", "kind_asked", "kind_missing", "cosine_top",
+            "cosine_gap", "terms_log", "margin", "rare_missing")
+MODEL_FILE = "answerability.json"
+CONFIDENCE_FILE = "answer_confidence.json"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the generator found, as the model reads it."""
+
+    question: str
+    best_sentence: str
+    best_chunk: str            # the chunk it is in
+    best_coverage: float       # IDF-weighted share of the question's terms in the best sentence
+    other_coverage: float      # the same for the best sentence of any other document (0 when none)
+    context: Sequence[str]     # the retrieved chunks' texts, in rank order
+    idf: Mapping[str, float]   # term weights within the retrieved sentences
+    cosines: Sequence[float]   # query-chunk cosine per retrieved chunk, where the semantic search scored it
+
+
+@dataclass(frozen=True)
+class Assessment:
+    probability: float  # that the evidence answers (the abstention decision reads this)
+    confidence: float   # that the first cited passage holds the answer, calibrated on answerable questions
+    features: dict[str, float]
+
+
+def _share(wanted: frozenset[str], present: set[str]) -> float:
+    return len(wanted & present) / len(wanted) if wanted else 1.0
+
+
+def has_kind(kind: AnswerKind, sentence: str, question: str) -> bool:
+    """Whether ``sentence`` holds a fact of the asked kind that the question does not already state."""
+    said, asked = facts(sentence), facts(question)
+    if kind == "number":
+        return bool(said.numbers - asked.numbers)
+    if kind == "date":
+        years = {n for n in said.numbers - asked.numbers if len(n) == 4 and n.isdigit()}
+        return bool(said.dates - asked.dates or years)
+    return bool(said.names - asked.names)
+
+
+def features(evidence: Evidence, asked: Focus | None = None) -> np.ndarray:
+    """One row of FEATURES (a pure function of the evidence)."""
+    asked = asked or focus(evidence.question)
+    best_terms = terms(evidence.best_sentence)
+    chunk_terms = terms(evidence.best_chunk)
+    best_set, chunk_set = set(best_terms), set(chunk_terms)
+    context_set = {t for text in evidence.context for t in terms(text)}
+    # Without a semantic search in the route there are no cosines: the two features are unknown
+    # (NaN), and assess() reads them as the training mean, i.e. as no evidence either way.
+    cosines = sorted(evidence.cosines, reverse=True)
+    top = cosines[0] if cosines else math.nan
+    rest = float(np.median(cosines[1:])) if len(cosines) > 1 else top
+    kind_missing = asked.kind is not None and not has_kind(asked.kind, evidence.best_sentence, evidence.question)
+    # The rarest question term the best chunk lacks, relative to the rarest there could be: a
+    # question whose specific word ("stadium") is nowhere near the answer is not answered by it.
+    unseen = max(evidence.idf.values(), default=1.0) + 1.0
+    missing = [evidence.idf.get(t, unseen) for t in asked.terms - chunk_set]
+    row = {
+        "best_coverage": evidence.best_coverage,
+        "best_share": _share(asked.terms, best_set),
+        "chunk_share": _share(asked.terms, chunk_set),
+        "context_share": _share(asked.terms, context_set),
+        "entity_best": _share(asked.entities, best_set),
+        "entity_chunk": _share(asked.entities, chunk_set),
+        "entity_context": _share(asked.entities, context_set),
+        "has_entities": float(bool(asked.entities)),
+        "pair_best": _share(asked.pairs, set(zip(best_terms, best_terms[1:], strict=False))),
+        "pair_chunk": _share(asked.pairs, set(zip(chunk_terms, chunk_terms[1:], strict=False))),
+        "kind_asked": float(asked.kind is not None),
+        "kind_missing": float(kind_missing),
+        "cosine_top": top,
+        "cosine_gap": top - rest,
+        "terms_log": math.log1p(len(asked.terms)),
+        "margin": evidence.best_coverage - evidence.other_coverage,
+        "rare_missing": max(missing, default=0.0) / unseen,
+    }
+    return np.array([row[name] for name in FEATURES], dtype=np.float64)
+
+
+@cache
+def default_model() -> LinearModel:
+    return LinearModel.load(resource=MODEL_FILE, features=FEATURES)
+
+
+@cache
+def confidence_model() -> LinearModel:
+    return LinearModel.load(resource=CONFIDENCE_FILE, features=FEATURES)
+
+
+def _sigmoid(logit: float) -> float:
+    return 1.0 / (1.0 + math.exp(-logit))
+
+
+def assess(evidence: Evidence, model: LinearModel | None = None, confidence: LinearModel | None = None) -> Assessment:
+    """The model's reading of the evidence: whether it answers, and the answer's confidence."""
+    model, confidence = model or default_model(), confidence or confidence_model()
+    row = features(evidence)[None, :]
+    return Assessment(probability=_sigmoid(float(model.score(impute(row, model))[0])),
+                      confidence=_sigmoid(float(confidence.score(impute(row, confidence))[0])),
+                      features={name: round(float(v), 4) for name, v in zip(FEATURES, row[0], strict=True)
+                                if not math.isnan(v)})
+
+
+def impute(rows: np.ndarray, model: LinearModel) -> np.ndarray:
+    """Unknown features (NaN) set to the model's training mean: they then add nothing to the score."""
+    return np.where(np.isnan(rows), model.mean, rows)

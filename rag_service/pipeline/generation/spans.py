@@ -1,0 +1,148 @@
+"""Short answers (pure, apart from loading the model's weights once): a span copied from the cited
+sentence, of the kind the question asks for, or nothing.
+
+Candidates are the sentence's numbers, dates and capitalised names that the question does not
+already state (never a pronoun: pronouns are neither). A small logistic model
+(``benchmarks/train_answerability.py``, trained on XQuAD with article-grouped cross-validation)
+scores each from evidence that carries across collections: whether its kind is the one asked for,
+how close it stands to the question's words in the sentence and how many of them surround it, how
+much of the question the sentence holds, and how likely the passage is to answer at all. The best
+candidate is the short answer only when its probability of being exactly the answer reaches the
+model's threshold: precision first.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+from rag_service.providers.rerankers import LinearModel
+from rag_service.text.questions import Focus, focus
+from rag_service.text.terms import STOP_WORDS, terms
+
+FEATURES = ("kind_match", "kind_mismatch", "open_name", "open_number", "open_date", "distance", "near", "overlap",
+            "length", "first_of_kind", "kind_count", "sentence_share", "answerable", "starts_sentence")
+MODEL_FILE = "short_answer.json"
+
+_SCALE = r"(?:\s?(?:%|percent|million|billion|trillion|thousand|hundred))"
+_UNIT = (r"(?:\s(?:seconds?|minutes?|hours?|days?|weeks?|months?|years?|km|kilometers?|kilometres?|miles?|"
+         r"meters?|metres?|feet|foot|inches|kg|kilograms?|pounds?|tons?|tonnes?|acres?|hectares?|degrees?))")
+_NUMBER_WORDS = (r"(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|"
+                 r"sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|hundred|thousand|dozen)")
+_NUMBER = re.compile(rf"(?:\$|€|£)?\b\d[\d,]*(?:\.\d+)?{_SCALE}?{_UNIT}?|\b{_NUMBER_WORDS}\b(?:{_SCALE})?{_UNIT}?",
+                     re.I)
+_MONTH = r"(?:January|February|March|April|May|June|July|August|September|October|November|December)"
+_DATE = re.compile(rf"\b(?:{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?,?\s+\d{{4}}|\d{{1,2}}\s+{_MONTH}\s+\d{{4}}"
+                   rf"|{_MONTH}\s+\d{{4}}|(?:1[0-9]|20)\d{{2}}s?)\b")
+_NAME = re.compile(r"\b[A-Z][\w'.-]*(?:\s+(?:of|de|von|van|the|and|for|du|la)?\s*[A-Z][\w'.-]*)*")
+_KIND_OF = {"number": "number", "date": "date", "person": "name", "place": "name", "name": "name"}
+
+
+@dataclass(frozen=True)
+class Span:
+    text: str
+    kind: str   # number | date | name
+    start: int  # offsets in the sentence
+    end: int
+
+
+def _clean(text: str) -> str:
+    return re.sub(r"^(?:The|A|An)\s+", "", text.strip(" ,.;:'\""))
+
+
+def candidates(sentence: str, question: str) -> list[Span]:
+    """The sentence's numbers, dates and names that are not all question words, left to right (a
+    date wins over the number inside it)."""
+    asked = set(terms(question))
+    taken: list[tuple[int, int]] = []
+    spans: list[Span] = []
+    for kind, pattern in (("date", _DATE), ("number", _NUMBER), ("name", _NAME)):
+        for m in pattern.finditer(sentence):
+            text = _clean(m.group(0))
+            words = terms(text)
+            if not text or any(s < m.end() and m.start() < e for s, e in taken):
+                continue
+            if kind == "name" and (not words or text.lower() in STOP_WORDS):
+                continue
+            if words and all(w in asked for w in words):
+                continue
+            if kind == "number":
+                # "How many minutes...?" is answered by the number: the question already names the unit.
+                unit = re.search(r"\s([a-z]+)$", text)
+                if unit and unit.group(1) in question.lower():
+                    text = text[: unit.start()]
+            taken.append((m.start(), m.end()))
+            spans.append(Span(text, kind, m.start(), m.end()))
+    return sorted(spans, key=lambda s: s.start)
+
+
+def span_features(span: Span, spans: list[Span], sentence: str, asked: Focus, answerable: float) -> np.ndarray:
+    words = [(m.start(), m.group(0)) for m in re.finditer(r"[\w'-]+", sentence)]
+    anchors = [i for i, (_, w) in enumerate(words) if terms(w) and terms(w)[0] in asked.terms]
+    inside = [i for i, (at, _) in enumerate(words) if span.start <= at < span.end]
+    first, last = (inside[0], inside[-1]) if inside else (0, 0)
+    outside = [a for a in anchors if a < first or a > last]
+    distance = min((min(abs(a - first), abs(a - last)) for a in outside), default=len(words))
+    window = {terms(words[a][1])[0] for a in outside if first - 6 <= a <= last + 6}
+    span_terms = terms(span.text)
+    expected = _KIND_OF.get(asked.kind or "")
+    same_kind = [s for s in spans if s.kind == span.kind]
+    sentence_terms = set(terms(sentence))
+    row = {
+        "kind_match": float(expected == span.kind),
+        "kind_mismatch": float(expected is not None and expected != span.kind),
+        "open_name": float(expected is None and span.kind == "name"),
+        "open_number": float(expected is None and span.kind == "number"),
+        "open_date": float(expected is None and span.kind == "date"),
+        "distance": math.log1p(distance),
+        "near": len(window) / len(asked.terms) if asked.terms else 0.0,
+        "overlap": sum(t in asked.terms for t in span_terms) / len(span_terms) if span_terms else 0.0,
+        "length": math.log1p(len(span.text.split())),
+        "first_of_kind": float(same_kind[0] == span),
+        "kind_count": 1.0 / len(same_kind),
+        "sentence_share": len(asked.terms & sentence_terms) / len(asked.terms) if asked.terms else 0.0,
+        "answerable": answerable,
+        "starts_sentence": float(span.start <= 1),
+    }
+    return np.array([row[f] for f in FEATURES], dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class ShortAnswerModel:
+    weights: LinearModel
+    threshold: float
+
+    @classmethod
+    @cache
+    def default(cls) -> ShortAnswerModel:
+        model = LinearModel.load(resource=MODEL_FILE, features=FEATURES)
+        return cls(model, model.threshold if model.threshold is not None else 0.5)
+
+    def probabilities(self, rows: np.ndarray) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-self.weights.score(rows)))
+
+
+def scored_candidates(question: str, sentence: str, answerable: float = 1.0,
+                      model: ShortAnswerModel | None = None) -> list[tuple[Span, float]]:
+    """Each candidate with its probability of being exactly the answer, best first."""
+    spans = candidates(sentence, question)
+    if not spans:
+        return []
+    asked = focus(question)
+    model = model or ShortAnswerModel.default()
+    rows = np.vstack([span_features(s, spans, sentence, asked, answerable) for s in spans])
+    return sorted(zip(spans, model.probabilities(rows).tolist(), strict=True), key=lambda sp: -sp[1])
+
+
+def short_answer(question: str, sentence: str, answerable: float = 1.0,
+                 model: ShortAnswerModel | None = None) -> str | None:
+    """The short answer from ``sentence``, or None when no candidate is likely enough."""
+    model = model or ShortAnswerModel.default()
+    scored = scored_candidates(question, sentence, answerable, model)
+    if scored and scored[0][1] >= model.threshold:
+        return scored[0][0].text
+    return None

@@ -1,0 +1,64 @@
+"""What a question asks for (pure): the kind of fact its wording expects, and its focus (the
+content terms and the names and numbers it mentions). English question words; a question in
+another language simply has no expected kind.
+
+One place for these patterns: the extractive generator uses them to pick a short answer and to
+judge whether the evidence answers at all, the relevance scorer to check the answer holds the
+kind of fact asked for.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from rag_service.text.terms import STOP_WORDS, cache_short_texts, terms
+
+AnswerKind = Literal["number", "date", "person", "place", "name"]
+
+# First match wins: "how many years" asks for a number, "what year" for a date.
+_KINDS: tuple[tuple[re.Pattern[str], AnswerKind], ...] = (
+    (re.compile(r"\b(how (many|much|long|far|old|big|large|tall|high|often|wide|deep)|"
+                r"what (percentage|percent|proportion|number|amount|size|fraction)|how much)\b", re.I), "number"),
+    (re.compile(r"\b(when|(what|which) (year|date|day|month|decade|century|time period|era))\b", re.I), "date"),
+    (re.compile(r"\b(who|whom|whose|(what|which) (person|man|woman|king|queen|emperor|president|scientist|"
+                r"author|writer|player|leader|artist|engineer|inventor))\b", re.I), "person"),
+    (re.compile(r"\b(where|(what|which) (city|country|state|place|region|continent|town|location|county|"
+                r"province|island|river|nation|area))\b", re.I), "place"),
+    (re.compile(r"\b((what|which) (team|company|organi[sz]ation|group|university|college|school|party|band|"
+                r"network|agency|institution|church|league|club|firm|newspaper|station)|"
+                r"what is the name|name of the)\b", re.I), "name"),
+)
+_CAPITALISED = re.compile(r"\b[A-Z][A-Za-z0-9'.-]*|\b\d[\d,.]*\b")
+
+
+def expected_kind(question: str) -> AnswerKind | None:
+    """The kind of fact the question asks for, when its wording says."""
+    for pattern, kind in _KINDS:
+        if pattern.search(question):
+            return kind
+    return None
+
+
+@dataclass(frozen=True)
+class Focus:
+    """What a question is about: its content terms (stemmed), the names and numbers it mentions
+    (stemmed; the words a web search would quote), and its adjacent content-term pairs."""
+
+    kind: AnswerKind | None
+    terms: frozenset[str]
+    entities: frozenset[str]
+    pairs: frozenset[tuple[str, str]]
+
+
+@cache_short_texts(maxsize=4096)
+def focus(question: str) -> Focus:
+    words = question.split()
+    # A capital on the first word says nothing: "What", "Name" and "In" start questions.
+    rest = " ".join(words[1:])
+    entities = {t for m in _CAPITALISED.finditer(rest) if m.group(0).lower() not in STOP_WORDS
+                for t in terms(m.group(0))}
+    ordered = terms(question)
+    return Focus(kind=expected_kind(question), terms=frozenset(ordered), entities=frozenset(entities),
+                 pairs=frozenset(zip(ordered, ordered[1:], strict=False)))
