@@ -28,7 +28,9 @@ router = APIRouter(prefix="/v1", tags=["query"])
     summary="Ask a question",
     description="Runs the pipeline: input guardrails, intent, routing, retrieval (per question part, concurrently), "
                 "generation (chain-of-thought with an LLM when configured, else extractive) with verified citations. "
-                "`outcome` is `answered`, `clarification` (see `clarification.questions`) or `declined`.",
+                "`outcome` is `answered`, `no_answer` (the documents do not appear to hold the answer; "
+                "`closest_sources` lists the nearest passages), `clarification` (see `clarification.questions`), "
+                "`declined`, or `pending_review` (review gate in hold mode).",
     responses={404: {"description": "The collection does not exist"},
                422: {"description": "Malformed request (the body says which field and why)"},
                503: {"description": "The database is unavailable"}},

@@ -104,10 +104,17 @@ def ask(
             if not c["verified"]:
                 line.append(" (not verified)", style="yellow")
             console.print(line)
+    if result.get("closest_sources"):
+        console.print("\n[bold]Closest passages[/] (they do not answer the question)")
+        for c in result["closest_sources"]:
+            console.print(Text(f"  {c['title'] or c['source_uri']} ({c['source_uri']}): {c['quote'][:120]}"))
     if result.get("evaluation"):
         print_evaluation(console, result["evaluation"])
     if result.get("review_id"):
         stderr.print(Text(f"queued for review: {result['review_id']}", style="yellow"))
+    if result["outcome"] == "no_answer":
+        stderr.print(Text(f"no answer in the documents (probability {result['confidence']:.2f} that the closest "
+                          f"passage answers), {result['timings_ms']['total']:.0f} ms", style="dim"))
     if result["outcome"] == "answered":
         extra = f"; {result['fallback_reason']}" if result.get("fallback_reason") else ""
         stderr.print(Text(f"{result['generator']} answer, confidence {result['confidence']:.2f}, "

@@ -8,39 +8,23 @@ computed it, the embedder's cosine between question and answer. The value is the
 
 from __future__ import annotations
 
-import re
-
 from rag_service.domain import MetricScore
 from rag_service.scoring.evidence import LOCAL_SCORER, ScoringInput, content_terms
 from rag_service.text.citations import strip_markers
-from rag_service.text.facts import facts
+from rag_service.text.facts import FactKind
+from rag_service.text.questions import expected_kind as asked_kind
+from rag_service.text.questions import has_new_fact
 
-_KINDS = (
-    (re.compile(r"\b(how (many|much|long|old|far|big|large|tall|high|often)|what (percentage|number|amount))\b", re.I),
-     "number"),
-    (re.compile(r"\b(when|what (year|date|day|month|time|century|decade)|which (year|date|day|month|century))\b",
-                re.I), "date"),
-    (re.compile(r"\b(who|whom|whose|where|which (city|country|person|team|company|state))\b", re.I), "name"),
-)
 # A good answer restates about half of a question's content terms; taking up more adds little.
 TERMS_SATURATE = 0.5
 WEIGHTS = {"terms": 0.5, "kind": 0.25, "similarity": 0.25}
 
 
-def expected_kind(question: str) -> str | None:
-    """The kind of fact the question asks for, when its wording says (English question words)."""
-    for pattern, kind in _KINDS:
-        if pattern.search(question):
-            return kind
-    return None
-
-
-def has_new_fact(kind: str, answer: str, question: str) -> bool:
-    asked, said = facts(question), facts(answer)
-    if kind == "date":
-        new = (said.dates - asked.dates) | {n for n in said.numbers - asked.numbers if len(n) == 4}
-        return bool(new or (said.numbers - asked.numbers and said.dates))
-    return bool(said.of_kind(kind) - asked.of_kind(kind))
+def expected_kind(question: str) -> FactKind | None:
+    """The kind of fact the question asks for, as the fact checks count them (a person, a place and
+    any other name are all names)."""
+    kind = asked_kind(question)
+    return None if kind is None else "name" if kind in ("person", "place", "name") else kind
 
 
 def part_relevance(inp: ScoringInput, part: str, answer: str | None = None) -> tuple[float | None, dict[str, float]]:

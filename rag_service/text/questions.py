@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from rag_service.text.facts import facts
 from rag_service.text.terms import STOP_WORDS, cache_short_texts, terms
 
 AnswerKind = Literal["number", "date", "person", "place", "name"]
@@ -39,6 +40,17 @@ def expected_kind(question: str) -> AnswerKind | None:
         if pattern.search(question):
             return kind
     return None
+
+
+def has_new_fact(kind: str, answer: str, question: str) -> bool:
+    """Whether ``answer`` states a fact of the asked kind that the question does not already state
+    (a person, a place and other names are all names; a year counts as a date)."""
+    asked, said = facts(question), facts(answer)
+    if kind == "date":
+        new = (said.dates - asked.dates) | {n for n in said.numbers - asked.numbers if len(n) == 4}
+        return bool(new or (said.numbers - asked.numbers and said.dates))
+    return bool(said.of_kind("number" if kind == "number" else "name") - asked.of_kind(
+        "number" if kind == "number" else "name"))
 
 
 @dataclass(frozen=True)

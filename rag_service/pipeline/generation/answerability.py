@@ -29,8 +29,7 @@ from functools import cache
 import numpy as np
 
 from rag_service.providers.rerankers import LinearModel
-from rag_service.text.facts import facts
-from rag_service.text.questions import AnswerKind, Focus, focus
+from rag_service.text.questions import Focus, focus, has_new_fact
 from rag_service.text.terms import terms
 
 FEATURES = ("best_coverage", "best_share", "chunk_share", "context_share", "entity_best", "entity_chunk",
@@ -65,17 +64,6 @@ def _share(wanted: frozenset[str], present: set[str]) -> float:
     return len(wanted & present) / len(wanted) if wanted else 1.0
 
 
-def has_kind(kind: AnswerKind, sentence: str, question: str) -> bool:
-    """Whether ``sentence`` holds a fact of the asked kind that the question does not already state."""
-    said, asked = facts(sentence), facts(question)
-    if kind == "number":
-        return bool(said.numbers - asked.numbers)
-    if kind == "date":
-        years = {n for n in said.numbers - asked.numbers if len(n) == 4 and n.isdigit()}
-        return bool(said.dates - asked.dates or years)
-    return bool(said.names - asked.names)
-
-
 def features(evidence: Evidence, asked: Focus | None = None) -> np.ndarray:
     """One row of FEATURES (a pure function of the evidence)."""
     asked = asked or focus(evidence.question)
@@ -88,7 +76,7 @@ def features(evidence: Evidence, asked: Focus | None = None) -> np.ndarray:
     cosines = sorted(evidence.cosines, reverse=True)
     top = cosines[0] if cosines else math.nan
     rest = float(np.median(cosines[1:])) if len(cosines) > 1 else top
-    kind_missing = asked.kind is not None and not has_kind(asked.kind, evidence.best_sentence, evidence.question)
+    kind_missing = asked.kind is not None and not has_new_fact(asked.kind, evidence.best_sentence, evidence.question)
     # The rarest question term the best chunk lacks, relative to the rarest there could be: a
     # question whose specific word ("stadium") is nowhere near the answer is not answered by it.
     unseen = max(evidence.idf.values(), default=1.0) + 1.0

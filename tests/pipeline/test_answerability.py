@@ -1,0 +1,120 @@
+"""Abstention, confidence and short answers of the extractive generator (issue 16), with the
+shipped models: question kinds and focus, short-answer candidates, the answerability features,
+and the generator's decisions."""
+
+from __future__ import annotations
+
+import math
+import uuid
+
+import numpy as np
+import pytest
+
+from rag_service.domain import Candidate, SearchHit
+from rag_service.pipeline.generation.answerability import FEATURES, Evidence, assess, confidence_model, default_model
+from rag_service.pipeline.generation.extractive import ExtractiveGenerator
+from rag_service.pipeline.generation.spans import ShortAnswerModel, candidates, scored_candidates, short_answer
+from rag_service.text.questions import expected_kind, focus
+
+PANTHERS = ("The Panthers defense gave up just 308 points, ranking sixth in the league. Pro Bowl defensive tackle "
+            "Kawann Short led the team in sacks with 11. The team played its home games in Charlotte.")
+BRONCOS = "The Broncos won Super Bowl 50 on February 7, 2016, beating the Panthers 24-10."
+
+
+def candidate(text: str, uri: str, cosine: float | None) -> Candidate:
+    hit = SearchHit(chunk_id=uuid.uuid4(), document_id=uuid.uuid4(), parent_id=None, ordinal=0, source_uri=uri,
+                    title=uri, text=text, start_char=0, end_char=len(text), score=1.0)
+    return Candidate(hit=hit, fused_score=1.0, scores={} if cosine is None else {"semantic": cosine})
+
+
+@pytest.mark.parametrize("question, kind", [
+    ("How many points did the defense give up?", "number"),
+    ("What percentage of voters turned out?", "number"),
+    ("When did the war end?", "date"),
+    ("In what year was it founded?", "date"),
+    ("Who led the team in sacks?", "person"),
+    ("Where is the stadium?", "place"),
+    ("Which team won the game?", "name"),
+    ("Why is the sky blue?", None),
+    ("What is photosynthesis?", None),
+])
+def test_question_kinds(question: str, kind: str | None) -> None:
+    assert expected_kind(question) == kind
+
+
+def test_focus_keeps_names_and_numbers_but_not_the_first_word() -> None:
+    asked = focus("Who won the 2022 FIFA World Cup?")
+    assert {"2022", "fifa", "world", "cup"} <= asked.entities and "who" not in asked.entities
+    assert ("world", "cup") in asked.pairs and "won" in asked.terms
+
+
+def test_candidates_are_numbers_dates_and_names_never_pronouns_or_question_words() -> None:
+    sentence = "He said they won 24 games in 2015 under Ron Rivera at Bank of America Stadium."
+    found = {(c.text, c.kind) for c in candidates(sentence, "How many games did the Panthers win in 2015?")}
+    assert ("24", "number") in found  # the unit the question names is dropped
+    assert ("Ron Rivera", "name") in found and ("Bank of America Stadium", "name") in found
+    assert not any(text in {"He", "they", "2015"} for text, _ in found)  # 2015 is in the question
+
+
+def test_short_answer_is_a_span_of_the_sentence_of_the_asked_kind() -> None:
+    sentence = "Pro Bowl defensive tackle Kawann Short led the team in sacks with 11."
+    scored = scored_candidates("Who led the Panthers in sacks?", sentence)
+    assert scored[0][0].text == "Kawann Short" and scored[0][0].text in sentence
+    assert all(0 <= p <= 1 for _, p in scored)
+    assert short_answer("Who led the Panthers in sacks?", sentence) == "Kawann Short"
+    # Precision first: with no evidence that the passage answers, no short answer.
+    assert short_answer("Who led the Panthers in sacks?", sentence, answerable=0.0) is None
+    assert short_answer("Why is the sky blue?", "The sky is blue because of Rayleigh scattering.") is None
+
+
+def test_shipped_models_are_trained_and_match_the_code() -> None:
+    for model in (default_model(), confidence_model()):
+        assert model.features == FEATURES and "XQuAD" in model.trained_on
+        assert np.any(model.weights != 0)
+    spans = ShortAnswerModel.default()
+    assert 0 < spans.threshold < 1 and "XQuAD" in spans.weights.trained_on
+
+
+def _evidence(question: str, sentence: str, cosines: list[float]) -> Evidence:
+    return Evidence(question=question, best_sentence=sentence, best_chunk=sentence, best_coverage=0.5,
+                    other_coverage=0.1, context=[sentence], idf={}, cosines=cosines)
+
+
+def test_evidence_holding_the_question_scores_higher_than_evidence_that_does_not() -> None:
+    question = "How many points did the Panthers defense give up?"
+    holds = assess(_evidence(question, "The Panthers defense gave up just 308 points.", [0.7, 0.3]))
+    lacks = assess(_evidence(question, "The Broncos played their home games in Denver.", [0.7, 0.3]))
+    assert holds.probability > lacks.probability and holds.confidence > lacks.confidence
+
+
+def test_unknown_cosines_are_no_evidence_either_way() -> None:
+    """Without a semantic search the cosine features are unknown: they are left out of the
+    features shown and read as the training mean, not as a zero similarity."""
+    question = "How many points did the Panthers defense give up?"
+    sentence = "The Panthers defense gave up just 308 points."
+    unknown = assess(_evidence(question, sentence, []))
+    assert "cosine_top" not in unknown.features and 0 < unknown.probability < 1
+    mean = default_model().mean[FEATURES.index("cosine_top")]
+    gap = default_model().mean[FEATURES.index("cosine_gap")]
+    at_mean = assess(_evidence(question, sentence, [mean, mean - gap]))
+    assert math.isclose(unknown.probability, at_mean.probability, rel_tol=0.05)
+
+
+def test_the_generator_answers_what_the_passages_hold_and_abstains_otherwise() -> None:
+    context = [candidate(PANTHERS, "panthers", 0.62), candidate(BRONCOS, "broncos", 0.35)]
+    generator = ExtractiveGenerator()
+    answered = generator.extract("How many points did the Panthers defense give up?", [], context)
+    assert answered.answered and answered.citations[0].source_uri == "panthers"
+    assert answered.answerability is not None and answered.confidence > 0.5
+
+    unrelated = [candidate(PANTHERS, "panthers", 0.12), candidate(BRONCOS, "broncos", 0.1)]
+    declined = generator.extract("What is the boiling point of mercury on Mars in 1850?", [], unrelated)
+    assert not declined.answered and declined.citations == [] and declined.claims == []
+    assert "do not appear to answer" in declined.answer and declined.confidence < generator.abstain_below
+    assert [s.source_uri for s in declined.closest_sources] == ["panthers", "broncos"]
+    assert all(not s.verified and s.quote for s in declined.closest_sources)
+
+    # Abstention off: the same evidence gets the stitched answer (with its low confidence).
+    forced = ExtractiveGenerator(abstain_below=0.0).extract(
+        "What is the boiling point of mercury on Mars in 1850?", [], unrelated)
+    assert forced.answered and forced.citations and forced.confidence < 0.5
