@@ -40,7 +40,7 @@ from rag_service.pipeline.generation.spans import FEATURES as SPAN_FEATURES
 from rag_service.pipeline.generation.spans import candidates, span_features
 from rag_service.pipeline.orchestrator import QueryPipeline
 from rag_service.providers.rerankers import LinearModel
-from rag_service.text.questions import focus
+from rag_service.text.questions import focus, wants_clause
 
 OUTPUT = Path(__file__).resolve().parents[1] / "rag_service" / "providers" / "data" / "answerability.json"
 ROWS = BENCH_DATA / "answerability_rows.jsonl"
@@ -110,10 +110,14 @@ def featurise(examples: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     x, y = [], []
     for e in examples:
         context = [Candidate.model_validate(c) for c in e["context"]]
-        answer = generator.extract(e["question"], e["sub_questions"], context)
-        x.append([answer.answerability.get(f, np.nan) for f in FEATURES] if answer.answerability
-                 else [0.0] * len(FEATURES))
-        first = answer.citations[0].source_uri if answer.citations else None
+        selection = generator.select(e["question"], e["sub_questions"], context)
+        if selection is None:
+            x.append([0.0] * len(FEATURES))
+            y.append(0)
+            continue
+        x.append([selection.assessment.features.get(f, np.nan) for f in FEATURES])
+        # The answer cites in reading order: its first citation is the first selected sentence's chunk.
+        first = context[selection.sentences[0].context - 1].hit.source_uri
         y.append(int(e["setting"] == "full" and first == e["gold"]))
     return (np.array(x, dtype=np.float64), np.array(y), np.array([e["setting"] == "full" for e in examples]),
             np.array([e["title"] for e in examples]))
@@ -125,7 +129,7 @@ def span_rows(examples: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     generator = ExtractiveGenerator(abstain_below=0.0)
     x, y, question, groups = [], [], [], []
     for i, e in enumerate(examples):
-        if e["setting"] != "full":
+        if e["setting"] != "full" or wants_clause(e["question"]):  # never given a short answer
             continue
         selection = generator.select(e["question"], e["sub_questions"],
                                      [Candidate.model_validate(c) for c in e["context"]])

@@ -31,6 +31,9 @@ _KINDS: tuple[tuple[re.Pattern[str], AnswerKind], ...] = (
                 r"network|agency|institution|church|league|club|firm|newspaper|station)|"
                 r"what is the name|name of the)\b", re.I), "name"),
 )
+# A reason or a manner is a clause, not a span: "why ...?", "how did ...?" (not "how many").
+_CLAUSE_ANSWER = re.compile(r"^\s*(why\b|how (do|does|did|is|are|was|were|can|could|should|would|has|have|had)\b)",
+                            re.I)
 _CAPITALISED = re.compile(r"\b[A-Z][A-Za-z0-9'.-]*|\b\d[\d,.]*\b")
 
 
@@ -40,6 +43,11 @@ def expected_kind(question: str) -> AnswerKind | None:
         if pattern.search(question):
             return kind
     return None
+
+
+def wants_clause(question: str) -> bool:
+    """Whether the question asks for a reason or a manner (answered by a clause, not a short span)."""
+    return bool(_CLAUSE_ANSWER.search(question))
 
 
 def has_new_fact(kind: str, answer: str, question: str) -> bool:

@@ -1,8 +1,9 @@
 """Short answers (pure, apart from loading the model's weights once): a span copied from the cited
 sentence, of the kind the question asks for, or nothing.
 
-Candidates are the sentence's numbers, dates and capitalised names that the question does not
-already state (never a pronoun: pronouns are neither). A small logistic model
+Candidates are the sentence's numbers, dates, capitalised names (and lists of them) and short
+runs of content words that the question does not already state (never a pronoun: pronouns are
+stop words). A small logistic model
 (``benchmarks/train_answerability.py``, trained on XQuAD with article-grouped cross-validation)
 scores each from evidence that carries across collections: whether its kind is the one asked for,
 how close it stands to the question's words in the sentence and how many of them surround it, how
@@ -21,11 +22,12 @@ from functools import cache
 import numpy as np
 
 from rag_service.providers.rerankers import LinearModel
-from rag_service.text.questions import Focus, focus
+from rag_service.text.questions import Focus, focus, wants_clause
 from rag_service.text.terms import STOP_WORDS, terms
 
-FEATURES = ("kind_match", "kind_mismatch", "open_name", "open_number", "open_date", "distance", "near", "overlap",
-            "length", "first_of_kind", "kind_count", "sentence_share", "answerable", "starts_sentence")
+FEATURES = ("kind_match", "kind_mismatch", "open_name", "open_number", "open_date", "open_phrase", "phrase",
+            "distance", "after_anchor", "near", "overlap", "length", "first_of_kind", "kind_count", "sentence_share",
+            "answerable", "starts_sentence")
 MODEL_FILE = "short_answer.json"
 
 _SCALE = r"(?:\s?(?:%|percent|million|billion|trillion|thousand|hundred))"
@@ -33,19 +35,24 @@ _UNIT = (r"(?:\s(?:seconds?|minutes?|hours?|days?|weeks?|months?|years?|km|kilom
          r"meters?|metres?|feet|foot|inches|kg|kilograms?|pounds?|tons?|tonnes?|acres?|hectares?|degrees?))")
 _NUMBER_WORDS = (r"(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|"
                  r"sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|hundred|thousand|dozen)")
-_NUMBER = re.compile(rf"(?:\$|€|£)?\b\d[\d,]*(?:\.\d+)?{_SCALE}?{_UNIT}?|\b{_NUMBER_WORDS}\b(?:{_SCALE})?{_UNIT}?",
-                     re.I)
+_NUMBER = re.compile(rf"(?:\$|€|£)?\b\d[\d,]*(?:\.\d+)?(?:\s?[–-]\s?\d[\d,]*(?:\.\d+)?)?{_SCALE}?"
+                     rf"(?:{_UNIT}|\s?°\s?[CF])?|\b{_NUMBER_WORDS}\b(?:{_SCALE})?{_UNIT}?", re.I)
 _MONTH = r"(?:January|February|March|April|May|June|July|August|September|October|November|December)"
 _DATE = re.compile(rf"\b(?:{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?,?\s+\d{{4}}|\d{{1,2}}\s+{_MONTH}\s+\d{{4}}"
                    rf"|{_MONTH}\s+\d{{4}}|(?:1[0-9]|20)\d{{2}}s?)\b")
-_NAME = re.compile(r"\b[A-Z][\w'.-]*(?:\s+(?:of|de|von|van|the|and|for|du|la)?\s*[A-Z][\w'.-]*)*")
+_CAPITAL = r"[A-Z][\w'.-]*"
+_NAME = re.compile(rf"\b{_CAPITAL}(?:(?:\s+(?:of|the|de|von|van|der|del|for|du|la|and))*\s+{_CAPITAL})*")
+_LIST = re.compile(rf"\b{_CAPITAL}(?:,\s+{_CAPITAL})+,?\s+and\s+{_CAPITAL}")
+_WORD = re.compile(r"[\w'’-]+")
+_JOINERS = frozenset({"of", "and"})
+MAX_PHRASE_WORDS = 5
 _KIND_OF = {"number": "number", "date": "date", "person": "name", "place": "name", "name": "name"}
 
 
 @dataclass(frozen=True)
 class Span:
     text: str
-    kind: str   # number | date | name
+    kind: str   # number | date | name | phrase
     start: int  # offsets in the sentence
     end: int
 
@@ -55,29 +62,54 @@ def _clean(text: str) -> str:
 
 
 def candidates(sentence: str, question: str) -> list[Span]:
-    """The sentence's numbers, dates and names that are not all question words, left to right (a
-    date wins over the number inside it)."""
+    """The sentence's numbers, dates, names, lists of names and short content-word phrases that are
+    not all question words, left to right (a date wins over a number or name inside it)."""
     asked = set(terms(question))
-    taken: list[tuple[int, int]] = []
     spans: list[Span] = []
-    for kind, pattern in (("date", _DATE), ("number", _NUMBER), ("name", _NAME)):
+    dates: list[tuple[int, int]] = []
+
+    def add(kind: str, start: int, end: int) -> None:
+        text = _clean(sentence[start:end])
+        words = terms(text)
+        if len(text) < 2 or (kind != "number" and (not words or text.lower() in STOP_WORDS)):
+            return
+        if words and all(w in asked for w in words):
+            return
+        if kind == "number":
+            # "How many minutes...?" is answered by the number: the question already names the unit.
+            unit = re.search(r"\s([a-z]+)$", text)
+            if unit and unit.group(1) in question.lower():
+                text = text[: unit.start()]
+        spans.append(Span(text, kind, start, end))
+
+    for m in _DATE.finditer(sentence):
+        dates.append((m.start(), m.end()))
+        add("date", m.start(), m.end())
+    for kind, pattern in (("number", _NUMBER), ("name", _LIST), ("name", _NAME)):
         for m in pattern.finditer(sentence):
-            text = _clean(m.group(0))
-            words = terms(text)
-            if not text or any(s < m.end() and m.start() < e for s, e in taken):
+            if any(s < m.end() and m.start() < e for s, e in dates):
                 continue
-            if kind == "name" and (not words or text.lower() in STOP_WORDS):
-                continue
-            if words and all(w in asked for w in words):
-                continue
-            if kind == "number":
-                # "How many minutes...?" is answered by the number: the question already names the unit.
-                unit = re.search(r"\s([a-z]+)$", text)
-                if unit and unit.group(1) in question.lower():
-                    text = text[: unit.start()]
-            taken.append((m.start(), m.end()))
-            spans.append(Span(text, kind, m.start(), m.end()))
-    return sorted(spans, key=lambda s: s.start)
+            add(kind, m.start(), m.end())
+            first = re.match(r"[\w'.-]+\s+", m.group(0))
+            if kind == "name" and first and m.start() == 0:
+                # A capital that only starts the sentence: "Then Anderson" is also "Anderson".
+                add(kind, m.start() + first.end(), m.end())
+    # Phrases: runs of content words the question does not use ("public sector corruption").
+    run: list[re.Match[str]] = []
+    for m in [*_WORD.finditer(sentence), None]:
+        word = m.group(0).lower() if m else ""
+        inside = m is not None and (word not in STOP_WORDS or (run and word in _JOINERS)) and not (
+            terms(word) and terms(word)[0] in asked)
+        if inside and (not run or sentence[run[-1].end():m.start()].strip() == "") and len(run) < MAX_PHRASE_WORDS:
+            run.append(m)
+            continue
+        while run and run[-1].group(0).lower() in _JOINERS:
+            run.pop()
+        if run and any(w.group(0)[0].islower() for w in run):
+            add("phrase", run[0].start(), run[-1].end())
+        run = [m] if inside and word not in STOP_WORDS else []
+    unique = {(s.text, s.kind): s for s in spans}
+    return sorted(unique.values(), key=lambda s: (s.start, s.end))
 
 
 def span_features(span: Span, spans: list[Span], sentence: str, asked: Focus, answerable: float) -> np.ndarray:
@@ -98,7 +130,11 @@ def span_features(span: Span, spans: list[Span], sentence: str, asked: Focus, an
         "open_name": float(expected is None and span.kind == "name"),
         "open_number": float(expected is None and span.kind == "number"),
         "open_date": float(expected is None and span.kind == "date"),
+        "open_phrase": float(expected is None and span.kind == "phrase"),
+        "phrase": float(span.kind == "phrase"),
         "distance": math.log1p(distance),
+        # Questions are often the sentence with the answer cut out: it follows the words they share.
+        "after_anchor": float(any(0 < first - a <= 3 for a in outside)),
         "near": len(window) / len(asked.terms) if asked.terms else 0.0,
         "overlap": sum(t in asked.terms for t in span_terms) / len(span_terms) if span_terms else 0.0,
         "length": math.log1p(len(span.text.split())),
@@ -128,9 +164,10 @@ class ShortAnswerModel:
 
 def scored_candidates(question: str, sentence: str, answerable: float = 1.0,
                       model: ShortAnswerModel | None = None) -> list[tuple[Span, float]]:
-    """Each candidate with its probability of being exactly the answer, best first."""
+    """Each candidate with its probability of being exactly the answer, best first (none for a
+    question that asks why or how something happened: its answer is a clause)."""
     spans = candidates(sentence, question)
-    if not spans:
+    if not spans or wants_clause(question):
         return []
     asked = focus(question)
     model = model or ShortAnswerModel.default()
