@@ -242,6 +242,22 @@ def test_sse_events_arrive_in_order(client: TestClient) -> None:
     assert plan["steps"][1]["depends_on"] == ["retrieve-1"]
 
 
+def test_questions_the_documents_do_not_answer_get_no_answer(client: TestClient, migrated_url: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    question = "Who won the 2022 FIFA World Cup in Qatar?"
+    result = ask(client, question=question)
+    assert result["outcome"] == "no_answer" and "do not appear to answer" in result["answer"]
+    assert result["citations"] == [] and result["short_answer"] is None and result["evaluation"] is None
+    assert result["closest_sources"] and all(not s["verified"] for s in result["closest_sources"])
+    assert result["confidence"] < 0.1 and "best_share" in result["answerability"]
+    done = _events(client, {"question": question})[-1]
+    assert done[0] == "done" and done[1]["outcome"] == "no_answer"
+    monkeypatch.setenv("RAGSVC_DATABASE_URL", migrated_url)
+    get_settings.cache_clear()
+    shown = CliRunner().invoke(cli, ["ask", question, "-c", "kb"])
+    assert shown.exit_code == 0 and "Closest passages" in shown.stdout and "do not appear" in shown.stdout
+
+
 def test_sse_errors_are_events(client: TestClient) -> None:
     events = _events(client, {"question": "What is HNSW?", "collection": "nope"})
     assert events[-1][0] == "error" and events[-1][1]["status"] == 404

@@ -26,7 +26,7 @@ from rag_service.text.questions import Focus, focus, wants_clause
 from rag_service.text.terms import STOP_WORDS, terms
 
 FEATURES = ("kind_match", "kind_mismatch", "open_name", "open_number", "open_date", "open_phrase", "phrase",
-            "distance", "after_anchor", "near", "overlap", "length", "first_of_kind", "kind_count", "sentence_share",
+            "distance", "after_anchor", "before_anchor", "between_anchors", "near", "overlap", "length", "first_of_kind", "kind_count", "sentence_share",
             "answerable", "starts_sentence")
 MODEL_FILE = "short_answer.json"
 
@@ -135,6 +135,9 @@ def span_features(span: Span, spans: list[Span], sentence: str, asked: Focus, an
         "distance": math.log1p(distance),
         # Questions are often the sentence with the answer cut out: it follows the words they share.
         "after_anchor": float(any(0 < first - a <= 3 for a in outside)),
+        # ... or it qualifies one of them ("remote [sensing]").
+        "before_anchor": float(any(0 < a - last <= 2 for a in outside)),
+        "between_anchors": float(any(a < first for a in outside) and any(a > last for a in outside)),
         "near": len(window) / len(asked.terms) if asked.terms else 0.0,
         "overlap": sum(t in asked.terms for t in span_terms) / len(span_terms) if span_terms else 0.0,
         "length": math.log1p(len(span.text.split())),
