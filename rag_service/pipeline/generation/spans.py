@@ -26,8 +26,8 @@ from rag_service.text.questions import Focus, focus, wants_clause
 from rag_service.text.terms import STOP_WORDS, terms
 
 FEATURES = ("kind_match", "kind_mismatch", "open_name", "open_number", "open_date", "open_phrase", "phrase",
-            "distance", "after_anchor", "before_anchor", "between_anchors", "near", "overlap", "length", "first_of_kind", "kind_count", "sentence_share",
-            "answerable", "starts_sentence")
+            "distance", "after_anchor", "before_anchor", "between_anchors", "near", "overlap", "length",
+            "first_of_kind", "kind_count", "sentence_share", "answerable", "starts_sentence")
 MODEL_FILE = "short_answer.json"
 
 _SCALE = r"(?:\s?(?:%|percent|million|billion|trillion|thousand|hundred))"
