@@ -6,8 +6,10 @@ its content (IDF-weighted within the retrieved sentences, and plainly) the best 
 much the whole context holds, whether the names and numbers it mentions appear, whether adjacent
 question terms appear together, whether the best sentence holds the kind of fact asked for (a
 number for "how many", a date for "when", a name for "who"), how close the best chunk is to the
-question in embedding space and how far it stands out from the rest, and by how much the best
-sentence beats the best one in any other chunk.
+question in embedding space and how far it stands out from the rest, how far the best candidate
+stands out in the reranker's and the keyword search's score distributions, and by how much the
+best sentence beats the best one in any other document. Features that cannot be computed (no
+semantic search, no reranker) are unknown and read as their training mean.
 
 A logistic regression over them (``benchmarks/train_answerability.py``, trained on questions built
 from XQuAD: each question against the full collection, labelled by whether the first citation is
@@ -34,7 +36,7 @@ from rag_service.text.terms import terms
 
 FEATURES = ("best_coverage", "best_share", "chunk_share", "context_share", "entity_best", "entity_chunk",
             "entity_context", "has_entities", "pair_best", "pair_chunk", "kind_asked", "kind_missing", "cosine_top",
-            "cosine_gap", "terms_log", "margin", "rare_missing")
+            "cosine_gap", "terms_log", "margin", "rare_missing", "rerank_gap", "keyword_gap")
 MODEL_FILE = "answerability.json"
 CONFIDENCE_FILE = "answer_confidence.json"
 
@@ -51,6 +53,8 @@ class Evidence:
     context: Sequence[str]     # the retrieved chunks' texts, in rank order
     idf: Mapping[str, float]   # term weights within the retrieved sentences
     cosines: Sequence[float]   # query-chunk cosine per retrieved chunk, where the semantic search scored it
+    rerank_scores: Sequence[float] = ()   # the reranker's score per retrieved chunk, where it ran
+    keyword_scores: Sequence[float] = ()  # BM25 per retrieved chunk, where the keyword search found it
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,17 @@ class Assessment:
 
 def _share(wanted: frozenset[str], present: set[str]) -> float:
     return len(wanted & present) / len(wanted) if wanted else 1.0
+
+
+def standout(scores: Sequence[float]) -> float:
+    """How far the best score stands above the second, in standard deviations of all of them: scale
+    free, so it reads a Cohere relevance and the local ranker's logit alike. NaN (unknown) with
+    fewer than three scores."""
+    if len(scores) < 3:
+        return math.nan
+    ranked = sorted(scores, reverse=True)
+    spread = float(np.std(ranked))
+    return (ranked[0] - ranked[1]) / spread if spread > 0 else 0.0
 
 
 def features(evidence: Evidence, asked: Focus | None = None) -> np.ndarray:
@@ -99,6 +114,8 @@ def features(evidence: Evidence, asked: Focus | None = None) -> np.ndarray:
         "terms_log": math.log1p(len(asked.terms)),
         "margin": evidence.best_coverage - evidence.other_coverage,
         "rare_missing": max(missing, default=0.0) / unseen,
+        "rerank_gap": standout(evidence.rerank_scores),
+        "keyword_gap": standout(evidence.keyword_scores),
     }
     return np.array([row[name] for name in FEATURES], dtype=np.float64)
 

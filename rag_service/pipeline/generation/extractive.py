@@ -114,7 +114,9 @@ class ExtractiveGenerator:
                     best_coverage=top.score - _RANK_PRIOR / top.context,
                     other_coverage=other.score - _RANK_PRIOR / other.context if other else 0.0,
                     context=[c.hit.text for c in context], idf=idf,
-                    cosines=[c.scores["semantic"] for c in context if "semantic" in c.scores]))
+                    cosines=[c.scores["semantic"] for c in context if "semantic" in c.scores],
+                    rerank_scores=[c.rerank_score for c in context if c.rerank_score is not None],
+                    keyword_scores=[c.scores["keyword"] for c in context if "keyword" in c.scores]))
                 if not sub_questions:
                     # A single question may take a couple of supporting sentences that score nearly as well.
                     for s in scored[1:MAX_SENTENCES]:
