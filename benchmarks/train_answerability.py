@@ -16,7 +16,9 @@ LogisticRegression on the standardised features is evaluated by 5-fold cross-val
 by article (a question's article is never in its own training folds): ROC AUC, the expected
 calibration error (10 equal-width bins) on the full collection, and for a range of thresholds the
 answered rate on the full collection and the abstention rate without the paragraph. It is then
-refit on everything and written to rag_service/providers/data/answerability.json.
+refit on everything and written to rag_service/providers/data/ with the confidence model (fitted on
+the full-collection examples only, so it is calibrated where the answer is in the collection) and
+the short-answer model (its ``answerable`` feature is each question's out-of-fold probability).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -34,19 +37,26 @@ from sklearn.model_selection import GroupKFold
 from benchmarks.answers import expected_calibration_error, normalize
 from benchmarks.datasets import BENCH_DATA, DATA, ensure_ingested, open_runtime, xquad, xquad_without_gold
 from rag_service.domain import Candidate, QueryRequest
-from rag_service.pipeline.generation.answerability import FEATURES, confidence_model, default_model, impute
+from rag_service.pipeline.generation.answerability import (
+    CONFIDENCE_FILE,
+    FEATURES,
+    MODEL_FILE,
+    Assessment,
+    Evidence,
+    features,
+    impute,
+)
 from rag_service.pipeline.generation.extractive import ExtractiveGenerator
 from rag_service.pipeline.generation.spans import FEATURES as SPAN_FEATURES
+from rag_service.pipeline.generation.spans import MODEL_FILE as SPAN_MODEL_FILE
 from rag_service.pipeline.generation.spans import candidates, span_features
 from rag_service.pipeline.orchestrator import QueryPipeline
 from rag_service.providers.rerankers import LinearModel
 from rag_service.text.questions import focus, wants_clause
 
-OUTPUT = Path(__file__).resolve().parents[1] / "rag_service" / "providers" / "data" / "answerability.json"
+OUTPUT_DIR = Path(__file__).resolve().parents[1] / "rag_service" / "providers" / "data"
 ROWS = BENCH_DATA / "answerability_rows.jsonl"
 THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
-SPAN_OUTPUT = OUTPUT.with_name("short_answer.json")
-CONFIDENCE_OUTPUT = OUTPUT.with_name("answer_confidence.json")
 SPAN_THRESHOLDS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7)
 SPAN_PRECISION = 0.60
 
@@ -104,13 +114,19 @@ async def collect(data_dir: Path) -> list[dict]:
     return examples
 
 
+def read_features(evidence: Evidence) -> Assessment:
+    """The features only: training must not depend on the models it is about to replace."""
+    row = features(evidence)
+    return Assessment(math.nan, math.nan, dict(zip(FEATURES, row.tolist(), strict=True)))
+
+
 def featurise(examples: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(features, label, is-full-collection, article) per example, recomputed from the saved contexts."""
     generator = ExtractiveGenerator(abstain_below=0.0)
     x, y = [], []
     for e in examples:
         context = [Candidate.model_validate(c) for c in e["context"]]
-        selection = generator.select(e["question"], e["sub_questions"], context)
+        selection = generator.select(e["question"], e["sub_questions"], context, judge=read_features)
         if selection is None:
             x.append([0.0] * len(FEATURES))
             y.append(0)
@@ -123,31 +139,32 @@ def featurise(examples: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
             np.array([e["title"] for e in examples]))
 
 
-def span_rows(examples: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def span_rows(examples: list[dict], answerable: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Short-answer candidates of each full-collection question's best sentence: (features, exactly
-    the answer?, question index, article)."""
+    the answer?, question index, article). ``answerable`` is each example's out-of-fold
+    answerability probability, as a model that never saw its article would give it."""
     generator = ExtractiveGenerator(abstain_below=0.0)
     x, y, question, groups = [], [], [], []
     for i, e in enumerate(examples):
         if e["setting"] != "full" or wants_clause(e["question"]):  # never given a short answer
             continue
         selection = generator.select(e["question"], e["sub_questions"],
-                                     [Candidate.model_validate(c) for c in e["context"]])
+                                     [Candidate.model_validate(c) for c in e["context"]], judge=read_features)
         if selection is None:
             continue
         spans = candidates(selection.best, e["question"])
         asked = focus(e["question"])
         answers = {normalize(a) for a in e["answers"]}
         for span in spans:
-            x.append(span_features(span, spans, selection.best, asked, selection.assessment.probability))
+            x.append(span_features(span, spans, selection.best, asked, float(answerable[i])))
             y.append(int(normalize(span.text) in answers))
             question.append(i)
             groups.append(e["title"])
     return np.array(x), np.array(y), np.array(question), np.array(groups)
 
 
-def train_short_answers(examples: list[dict], output: Path) -> dict:
-    x, y, question, groups = span_rows(examples)
+def train_short_answers(examples: list[dict], answerable: np.ndarray, output: Path) -> dict:
+    x, y, question, groups = span_rows(examples, answerable)
     questions = sum(e["setting"] == "full" for e in examples)
     oof = np.zeros(len(y))
     for train, test in GroupKFold(n_splits=5).split(x, y, groups):
@@ -196,7 +213,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=BENCH_DATA / "xquad")
     parser.add_argument("--reuse", action="store_true", help=f"Train on the examples saved in {ROWS}.")
-    parser.add_argument("--output", type=Path, default=OUTPUT)
+    parser.add_argument("--output-dir", type=Path, default=OUTPUT_DIR,
+                        help="Where the three models are written (default: the package's, which the service reads).")
     args = parser.parse_args()
     if args.reuse and ROWS.exists():
         examples = [json.loads(line) for line in ROWS.read_text().splitlines()]
@@ -217,30 +235,30 @@ def main() -> None:
                 "thresholds": {}}
     for t in THRESHOLDS:
         answered = oof[full] >= t
+        everywhere = oof >= t  # answers given with and without the paragraph: where confidence over-states
         cv["thresholds"][str(t)] = {
             "answered_full": round(float(answered.mean()), 4),
             "hit_at_1_full": round(float((answered & (y[full] == 1)).mean()), 4),
             "abstained_removed": round(float((oof[~full] < t).mean()), 4),
             "ece_answered": round(expected_calibration_error(confidence[full][answered], y[full][answered]), 4),
+            "ece_answered_both_settings": round(expected_calibration_error(confidence[everywhere], y[everywhere]), 4),
         }
+    args.output_dir.mkdir(parents=True, exist_ok=True)
     calibrated = fit(x[full], y[full])
     calibrated = LinearModel(FEATURES, calibrated.mean, calibrated.scale, calibrated.weights, calibrated.bias,
                              trained_on=f"XQuAD (en): {int(full.sum())} questions against the full collection; "
                                         f"scikit-learn LogisticRegression; article-grouped 5-fold CV: ECE "
                                         f"{cv['ece_full_collection']} (10 bins)")
-    CONFIDENCE_OUTPUT.write_text(json.dumps(calibrated.dump(), indent=1) + "\n")
+    (args.output_dir / CONFIDENCE_FILE).write_text(json.dumps(calibrated.dump(), indent=1) + "\n")
     model = fit(x, y)
     model = LinearModel(FEATURES, model.mean, model.scale, model.weights, model.bias, trained_on=(
         f"XQuAD (en): {int(full.sum())} questions against the full collection and {int((~full).sum())} "
-        f"without their paragraph; scikit-learn LogisticRegression; article-grouped 5-fold CV: "
-        f"AUC {cv['auc']}, ECE {cv['ece_full_collection']}"))
-    args.output.write_text(json.dumps(model.dump(), indent=1) + "\n")
-    default_model.cache_clear()  # the short-answer features read the models just written
-    confidence_model.cache_clear()
-    shorts = train_short_answers(examples, SPAN_OUTPUT)
+        f"without their paragraph; scikit-learn LogisticRegression; article-grouped 5-fold CV: AUC {cv['auc']}"))
+    (args.output_dir / MODEL_FILE).write_text(json.dumps(model.dump(), indent=1) + "\n")
+    shorts = train_short_answers(examples, oof, args.output_dir / SPAN_MODEL_FILE)
     weights = dict(zip(FEATURES, np.round(model.weights, 3).tolist(), strict=True))
     log(json.dumps({"short_answers": shorts, "cross_validation": cv, "weights": weights,
-                    "output": str(args.output)}, indent=1))
+                    "output_dir": str(args.output_dir)}, indent=1))
 
 
 if __name__ == "__main__":

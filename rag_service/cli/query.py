@@ -86,7 +86,11 @@ def ask(
     if as_json:
         emit_json(result)
         return
-    console = Console()
+    show_result(Console(), result)
+
+
+def show_result(console: Console, result: dict) -> None:
+    """A query result as `ragsvc ask` prints it (status lines go to stderr)."""
     if result["outcome"] == "clarification":
         console.print("[bold]Could you clarify?[/]")
         for item in result["clarification"]["questions"]:

@@ -46,4 +46,4 @@ class GeneratedAnswer(BaseModel):
     closest_sources: list[Citation] = Field(default_factory=list, description=(
         "When not answered: the passages nearest the question, for the user to look at (not support)."))
     answerability: dict[str, float] | None = Field(default=None, description=(
-        "The evidence features the answerability model read (extractive generator)."))
+        "The answerability model's probability and the evidence features it read (extractive generator)."))

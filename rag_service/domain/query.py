@@ -101,8 +101,9 @@ class QueryResult(BaseModel):
         "Outcome no_answer: the passages nearest the question, for the user to look at; they do not "
         "support an answer."))
     answerability: dict[str, float] | None = Field(default=None, description=(
-        "The evidence features the answerability model read; the answer's confidence is its probability that "
-        "the first cited passage holds the answer."))
+        "Extractive answers: the answerability model's `probability` that the evidence answers (abstention "
+        "below RAGSVC_ANSWER_ABSTAIN_BELOW) and the evidence features it read. `confidence` is a separate "
+        "model's, calibrated on questions the collection can answer."))
     guardrails: dict[str, Any]
     evaluation: EvaluationReport | None = Field(default=None, description="The answer's seven-metric grades.")
     review_id: uuid.UUID | None = Field(default=None, description="The review item, when the answer was queued.")

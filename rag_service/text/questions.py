@@ -22,7 +22,7 @@ AnswerKind = Literal["number", "date", "person", "place", "name"]
 _KINDS: tuple[tuple[re.Pattern[str], AnswerKind], ...] = (
     (re.compile(r"\b(how (many|much|long|far|old|big|large|tall|high|often|wide|deep)|"
                 r"what (percentage|percent|proportion|number|amount|size|fraction)|how much)\b", re.I), "number"),
-    (re.compile(r"\b(when|(what|which) (year|date|day|month|decade|century|time period|era))\b", re.I), "date"),
+    (re.compile(r"\b(when|(what|which) (year|date|day|month|decade|century|time period|time|era))\b", re.I), "date"),
     (re.compile(r"\b(who|whom|whose|(what|which) (person|man|woman|king|queen|emperor|president|scientist|"
                 r"author|writer|player|leader|artist|engineer|inventor))\b", re.I), "person"),
     (re.compile(r"\b(where|(what|which) (city|country|state|place|region|continent|town|location|county|"

@@ -118,3 +118,20 @@ def test_the_generator_answers_what_the_passages_hold_and_abstains_otherwise() -
     forced = ExtractiveGenerator(abstain_below=0.0).extract(
         "What is the boiling point of mercury on Mars in 1850?", [], unrelated)
     assert forced.answered and forced.citations and forced.confidence < 0.5
+
+
+def test_a_question_without_content_words_is_not_taken_as_answered() -> None:
+    """Nothing to match is no evidence: "What is it?" must not look fully covered."""
+    sentence = "The team played its home games in Charlotte."
+    vague = assess(_evidence("What is it?", sentence, [0.3, 0.2]))
+    specific = assess(_evidence("Where did the team play its home games?", sentence, [0.3, 0.2]))
+    assert vague.features["best_share"] == 0.0 and vague.probability < specific.probability
+    assert specific.confidence <= 0.99  # never certain
+
+
+def test_a_bare_year_can_be_a_count() -> None:
+    found = {(c.text, c.kind) for c in candidates("About 1500 soldiers crossed the river in 1066.",
+                                                 "How many soldiers crossed the river?")}
+    assert ("1500", "number") in found and ("1066", "date") in found
+    assert candidates("It lasted 45 percent of the time.", "What percentage of the time did it last?")[0].text \
+        == "45 percent"  # "percent" is not a word of the question ("percentage" is)

@@ -38,6 +38,7 @@ FEATURES = ("best_coverage", "best_share", "chunk_share", "context_share", "enti
             "entity_context", "has_entities", "pair_best", "pair_chunk", "kind_asked", "kind_missing", "cosine_top",
             "cosine_gap", "terms_log", "margin", "rare_missing", "rerank_gap", "keyword_gap")
 MODEL_FILE = "answerability.json"
+MAX_CONFIDENCE = 0.99
 CONFIDENCE_FILE = "answer_confidence.json"
 
 
@@ -64,8 +65,9 @@ class Assessment:
     features: dict[str, float]
 
 
-def _share(wanted: frozenset[str], present: set[str]) -> float:
-    return len(wanted & present) / len(wanted) if wanted else 1.0
+def _share(wanted: frozenset[str], present: set[str], empty: float = 1.0) -> float:
+    """The share of ``wanted`` that is ``present``; ``empty`` when nothing is wanted."""
+    return len(wanted & present) / len(wanted) if wanted else empty
 
 
 def standout(scores: Sequence[float]) -> float:
@@ -92,15 +94,16 @@ def features(evidence: Evidence, asked: Focus | None = None) -> np.ndarray:
     top = cosines[0] if cosines else math.nan
     rest = float(np.median(cosines[1:])) if len(cosines) > 1 else top
     kind_missing = asked.kind is not None and not has_new_fact(asked.kind, evidence.best_sentence, evidence.question)
-    # The rarest question term the best chunk lacks, relative to the rarest there could be: a
-    # question whose specific word ("stadium") is nowhere near the answer is not answered by it.
+    # The rarest question term the best chunk lacks, relative to the rarest there could be (its
+    # weight is learned together with the coverage features it overlaps with).
     unseen = max(evidence.idf.values(), default=1.0) + 1.0
     missing = [evidence.idf.get(t, unseen) for t in asked.terms - chunk_set]
     row = {
         "best_coverage": evidence.best_coverage,
-        "best_share": _share(asked.terms, best_set),
-        "chunk_share": _share(asked.terms, chunk_set),
-        "context_share": _share(asked.terms, context_set),
+        # A question without content terms ("What is it?") matches nothing: no evidence it is answered.
+        "best_share": _share(asked.terms, best_set, empty=0.0),
+        "chunk_share": _share(asked.terms, chunk_set, empty=0.0),
+        "context_share": _share(asked.terms, context_set, empty=0.0),
         "entity_best": _share(asked.entities, best_set),
         "entity_chunk": _share(asked.entities, chunk_set),
         "entity_context": _share(asked.entities, context_set),
@@ -138,8 +141,9 @@ def assess(evidence: Evidence, model: LinearModel | None = None, confidence: Lin
     """The model's reading of the evidence: whether it answers, and the answer's confidence."""
     model, confidence = model or default_model(), confidence or confidence_model()
     row = features(evidence)[None, :]
+    # Never certain: the models extrapolate beyond what they were trained on.
     return Assessment(probability=_sigmoid(float(model.score(impute(row, model))[0])),
-                      confidence=_sigmoid(float(confidence.score(impute(row, confidence))[0])),
+                      confidence=min(MAX_CONFIDENCE, _sigmoid(float(confidence.score(impute(row, confidence))[0]))),
                       features={name: round(float(v), 4) for name, v in zip(FEATURES, row[0], strict=True)
                                 if not math.isnan(v)})
 

@@ -2,13 +2,14 @@
 the question (and each sub-question), in reading order, each cited [n], with a short answer span
 when one is likely enough (spans.py). When the answerability model (answerability.py) finds the
 retrieved evidence does not answer the question, it says so instead and lists the closest
-passages; the model's probability is the answer's confidence either way."""
+passages. An answer's confidence comes from the calibrated confidence model; a "does not answer"
+reports the answerability probability."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rag_service.domain import Candidate, Citation, Complexity, GeneratedAnswer
@@ -55,7 +56,7 @@ def _coverage(question_terms: set[str], sentence_terms: set[str], idf: dict[str,
 
 NOTHING_FOUND = "I could not find anything about this in the documents."
 NOT_IN_DOCUMENTS = ("The documents in this collection do not appear to answer this question. The closest passages "
-                    "are listed as sources, in case the answer is phrased in a way I did not recognise.")
+                    "are given with this answer, in case the answer is phrased in a way I did not recognise.")
 # The default abstention threshold on the answerability probability (see train_answerability.py).
 ABSTAIN_BELOW = 0.1
 
@@ -81,10 +82,12 @@ class ExtractiveGenerator:
                 await on_token(claim.text + "".join(f" [{n}]" for n in claim.citations) + " ")
         return answer
 
-    def select(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate]) -> Selection | None:
+    def select(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate],
+               judge: Callable[[Evidence], Assessment] = assess) -> Selection | None:
         """The sentences that answer best (each part's best; for a single question, up to
-        MAX_SENTENCES that score nearly as well) and the answerability model's reading of the
-        evidence; None when the context holds no sentence."""
+        MAX_SENTENCES that score nearly as well) and ``judge``'s reading of the evidence (the
+        answerability models; training passes one that only reads the features); None when the
+        context holds no sentence."""
         pool: list[_Scored] = []
         sentence_terms: list[list[str]] = []
         for number, candidate in enumerate(context, start=1):
@@ -109,7 +112,7 @@ class ExtractiveGenerator:
                 # Whether the evidence answers is judged on the whole question's best sentence.
                 document = context[top.context - 1].hit.document_id
                 other = next((s for s in scored if context[s.context - 1].hit.document_id != document), None)
-                assessment = assess(Evidence(
+                assessment = judge(Evidence(
                     question=question, best_sentence=top.sentence.text, best_chunk=context[top.context - 1].hit.text,
                     best_coverage=top.score - _RANK_PRIOR / top.context,
                     other_coverage=other.score - _RANK_PRIOR / other.context if other else 0.0,
@@ -142,7 +145,7 @@ class ExtractiveGenerator:
             # probability is the honest figure.
             return GeneratedAnswer(answer=NOT_IN_DOCUMENTS, citations=[], claims=[],
                                    confidence=round(assessment.probability, 3), generator="extractive",
-                                   answered=False, answerability=assessment.features,
+                                   answered=False, answerability=_shown(assessment),
                                    closest_sources=[_closest(n, c) for n, c in enumerate(context[:3], start=1)])
         ordered = selection.sentences
         answer = " ".join(f"{s.sentence.text} [{s.context}]" for s in ordered)
@@ -161,14 +164,20 @@ class ExtractiveGenerator:
         short = short_answer(question, selection.best, assessment.probability)
         return GeneratedAnswer(answer=answer, short_answer=short, citations=citations, claims=claims,
                                confidence=round(assessment.confidence, 3), generator="extractive",
-                               answerability=assessment.features)
+                               answerability=_shown(assessment))
+
+
+def _shown(assessment: Assessment) -> dict[str, float]:
+    """What the result shows of the model's reading: its probability and the features it read."""
+    return {"probability": round(assessment.probability, 4), **assessment.features}
 
 
 def _closest(n: int, candidate: Candidate) -> Citation:
     """A retrieved passage shown for the user to look at, not as support (``verified`` false)."""
     hit = candidate.hit
     first = split_sentences(hit.text)[:1]
+    start = first[0].start if first else 0
     quote = first[0].text if first else hit.text[:300]
     return Citation(n=n, chunk_id=hit.chunk_id, document_id=hit.document_id, source_uri=hit.source_uri,
-                    title=hit.title, start_char=hit.start_char, end_char=hit.start_char + len(quote),
+                    title=hit.title, start_char=hit.start_char + start, end_char=hit.start_char + start + len(quote),
                     quote=quote, verified=False)

@@ -16,7 +16,7 @@ from rag_service.pipeline.generation.spans import short_answer
 from rag_service.pipeline.generation.tokens import TokenSink
 from rag_service.prompts.registry import PromptRegistry
 from rag_service.providers.llm import LLM, Tier
-from rag_service.text.citations import best_span, cited_numbers, verify_claims
+from rag_service.text.citations import best_span, cited_numbers, strip_markers, verify_claims
 
 MAX_TRIES = 3
 PROMPT_NAME = "answer_cot"
@@ -146,7 +146,8 @@ class LLMGenerator:
                 verified=all(c.verified for c in citing),
             ))
         return GeneratedAnswer(
-            answer=parsed.answer, short_answer=short_answer(question, parsed.answer), citations=citations,
+            answer=parsed.answer, short_answer=short_answer(question, strip_markers(parsed.answer), parsed.confidence),
+            citations=citations,
             claims=claims, confidence=parsed.confidence, reasoning_steps=parsed.reasoning_steps, generator="llm",
             model=self._llm.model_for(tier), prompt_name=prompt_name, prompt_version=prompt_version,
         )

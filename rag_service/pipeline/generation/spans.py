@@ -78,12 +78,13 @@ def candidates(sentence: str, question: str) -> list[Span]:
         if kind == "number":
             # "How many minutes...?" is answered by the number: the question already names the unit.
             unit = re.search(r"\s([a-z]+)$", text)
-            if unit and unit.group(1) in question.lower():
+            if unit and re.search(rf"\b{unit.group(1)}\b", question, re.I):
                 text = text[: unit.start()]
         spans.append(Span(text, kind, start, end))
 
     for m in _DATE.finditer(sentence):
-        dates.append((m.start(), m.end()))
+        if not re.fullmatch(r"\d{4}", m.group(0)):  # a bare year may also be a count ("about 1500 soldiers")
+            dates.append((m.start(), m.end()))
         add("date", m.start(), m.end())
     for kind, pattern in (("number", _NUMBER), ("name", _LIST), ("name", _NAME)):
         for m in pattern.finditer(sentence):
