@@ -4,7 +4,6 @@ decision; and hold mode keeps a weak answer from its caller until a reviewer dec
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 
@@ -16,6 +15,7 @@ from rag_service.api import create_app
 from rag_service.config import load_settings
 from rag_service.db.engine import Database
 from rag_service.db.repos.keys import ApiKeyRepository
+from tests.dbrun import run_on
 from tests.fake_openai import fake_openai
 from tests.test_api_query import _ingest
 
@@ -27,23 +27,12 @@ RIGHT = json.dumps({"reasoning_steps": ["[1] gives the rise time"], "confidence"
                               "doubles [1]."})
 
 
-def _run(url: str, work):  # noqa: ANN001, ANN202
-    async def go():  # noqa: ANN202
-        db = Database.from_settings(load_settings(database_url=url), url=url)
-        try:
-            return await work(db)
-        finally:
-            await db.dispose()
-
-    return asyncio.run(go())
-
-
 def _keys(url: str) -> dict[str, str]:
     async def make(db: Database) -> dict[str, str]:
         repo = ApiKeyRepository(db)
         return {role: (await repo.create(role, name=f"test-{role}"))[1] for role in ("reader", "reviewer")}
 
-    return _run(url, make)
+    return run_on(url, make)
 
 
 def _bearer(key: str) -> dict[str, str]:
@@ -102,7 +91,7 @@ def test_a_weak_answer_is_queued_claimed_edited_and_counted(databases, llm_serve
             async with db.connect() as conn:
                 return (await conn.execute(text("SELECT question, answer, source FROM golden_items"))).all()
 
-        rows = _run(url, golden)
+        rows = run_on(url, golden)
         assert [(r.answer, r.source) for r in rows] == [(corrected, "edited")]
         assert "max_connections" in rows[0].question
 
@@ -175,7 +164,7 @@ def test_the_llm_judge_grades_after_delivery_and_can_queue_the_answer(databases,
             return scores, items
 
         deadline = time.monotonic() + 30
-        while len((found := _run(url, rows))[0]) < 2:
+        while len((found := run_on(url, rows))[0]) < 2:
             assert time.monotonic() < deadline, found
             time.sleep(0.2)
         scores, items = found

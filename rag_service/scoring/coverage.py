@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from rag_service.domain import MetricScore
 from rag_service.scoring.evidence import LOCAL_SCORER, ScoringInput, bare, content_terms
-from rag_service.scoring.relevance import expected_kind
-from rag_service.text.questions import has_new_fact
+from rag_service.text.questions import expected_kind, has_new_fact
 
 COVERED = 0.75  # a part whose best sentence covers this much of it counts as answered
 

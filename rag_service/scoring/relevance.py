@@ -11,20 +11,11 @@ from __future__ import annotations
 from rag_service.domain import MetricScore
 from rag_service.scoring.evidence import LOCAL_SCORER, ScoringInput, content_terms
 from rag_service.text.citations import strip_markers
-from rag_service.text.facts import FactKind
-from rag_service.text.questions import expected_kind as asked_kind
-from rag_service.text.questions import has_new_fact
+from rag_service.text.questions import expected_kind, has_new_fact
 
 # A good answer restates about half of a question's content terms; taking up more adds little.
 TERMS_SATURATE = 0.5
 WEIGHTS = {"terms": 0.5, "kind": 0.25, "similarity": 0.25}
-
-
-def expected_kind(question: str) -> FactKind | None:
-    """The kind of fact the question asks for, as the fact checks count them (a person, a place and
-    any other name are all names)."""
-    kind = asked_kind(question)
-    return None if kind is None else "name" if kind in ("person", "place", "name") else kind
 
 
 def part_relevance(inp: ScoringInput, part: str, answer: str | None = None) -> tuple[float | None, dict[str, float]]:

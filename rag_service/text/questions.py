@@ -57,8 +57,8 @@ def has_new_fact(kind: str, answer: str, question: str) -> bool:
     if kind == "date":
         new = (said.dates - asked.dates) | {n for n in said.numbers - asked.numbers if len(n) == 4}
         return bool(new or (said.numbers - asked.numbers and said.dates))
-    return bool(said.of_kind("number" if kind == "number" else "name") - asked.of_kind(
-        "number" if kind == "number" else "name"))
+    fact_kind = "number" if kind == "number" else "name"
+    return bool(said.of_kind(fact_kind) - asked.of_kind(fact_kind))
 
 
 @dataclass(frozen=True)
