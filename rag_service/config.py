@@ -162,6 +162,17 @@ class Settings(BaseSettings):
     review_expire_after_days: float = Field(
         default=30.0, gt=0, description="Items pending longer than this are marked expired (checked lazily).")
 
+    # --- prompt versions, experiments, the reviewer console -----------------------------------------
+    prompt_cache_ttl_s: float = Field(
+        default=30.0, gt=0, description="How long a process keeps a prompt label's version. A label move reaches "
+                                        "every process at once by LISTEN/NOTIFY; this bounds staleness when that "
+                                        "connection is down.")
+    experiment_check_s: float = Field(
+        default=60.0, ge=0, description="How often the server applies experiments' guardrail (0: only when a "
+                                        "report is read).")
+    console_session_hours: float = Field(default=8.0, gt=0, le=720,
+                                         description="How long a reviewer console sign-in lasts.")
+
     # --- jobs ------------------------------------------------------------------------------------
     serve_worker: Literal["auto", "on", "off"] = Field(
         default="auto", description="Run an ingestion worker inside `ragsvc serve` (auto: with the embedded DB)."

@@ -23,18 +23,23 @@ from rag_service.config import Settings
 from rag_service.db import migrate
 from rag_service.db.engine import Database, resolve_database_url
 from rag_service.db.repos import ApiKeyRepository, DocumentCatalog, GuidelineRepository, JobRepository, QueryLog
+from rag_service.db.repos.experiments import ExperimentRepository
+from rag_service.db.repos.prompts import PromptRepository
 from rag_service.db.repos.reviews import ReviewRepository
 from rag_service.db.repos.server import ServerInfoRepository
 from rag_service.domain import StoreCounts
+from rag_service.domain.prompts import PRODUCTION
 from rag_service.errors import RagServiceError, SchemaMismatchError
+from rag_service.learning.optimizer import PROMPT_NAME as OPTIMIZER_PROMPT
+from rag_service.learning.optimizer import rewriter
+from rag_service.learning.service import LearningReviews, PromptService
 from rag_service.pipeline.evaluation import AnswerEvaluator, llm_grader
 from rag_service.pipeline.generation.llm_generator import LLMGenerator
 from rag_service.pipeline.guardrails import mask_pii
 from rag_service.pipeline.intent import IntentParser
 from rag_service.pipeline.orchestrator import PipelineConfig, QueryPipeline
 from rag_service.pipeline.retrieval.retriever import Retriever, build_retriever
-from rag_service.pipeline.router import default_guidelines
-from rag_service.prompts.registry import PromptRegistry
+from rag_service.prompts.registry import Prompt, PromptRegistry
 from rag_service.providers.embeddings import Embedder, make_embedder
 from rag_service.providers.llm import OpenAICompatibleLLM, make_llm
 from rag_service.review.gate import GatePolicy
@@ -107,8 +112,33 @@ class Runtime:
         return JobRepository(self.db)
 
     @cached_property
+    def prompt_repository(self) -> PromptRepository:
+        return PromptRepository(self.db, ttl_s=self.settings.prompt_cache_ttl_s)
+
+    @cached_property
+    def prompts(self) -> PromptService:
+        """Prompt and guideline versions, labels and experiments; chooses each query's prompt version."""
+        return PromptService(self.prompt_repository, ExperimentRepository(self.db))
+
+    @cached_property
+    def learning(self) -> LearningReviews:
+        """Review decisions with the candidates they yield, and ``propose``."""
+        rewrite = rewriter(self.llm, lambda: self.production_prompt(OPTIMIZER_PROMPT)) if self.llm else None
+        return LearningReviews(self.reviews, self.prompts, llm_rewrite=rewrite)
+
+    async def production_prompt(self, name: str) -> Prompt:
+        """The production version of a prompt; the shipped template if the database cannot say
+        (a grading or a rewrite should not fail for that)."""
+        try:
+            version = await self.prompt_repository.by_label("prompt", name, PRODUCTION)
+        except RagServiceError as exc:
+            log.warning("could not read the production version of %s (%s); using the shipped template", name, exc)
+            return PromptRegistry().get(name)
+        return Prompt(version.name, version.version, version.body)
+
+    @cached_property
     def guidelines(self) -> GuidelineRepository:
-        return GuidelineRepository(self.db, defaults=default_guidelines)
+        return GuidelineRepository(self.prompt_repository)
 
     @cached_property
     def query_log(self) -> QueryLog:
@@ -144,7 +174,7 @@ class Runtime:
             query_log=self.query_log,
             generator=LLMGenerator(self.llm) if self.llm is not None else None,
             parser=self.intent_parser, intent_llm=self.llm,
-            evaluator=self.evaluator,
+            evaluator=self.evaluator, prompts=self.prompts,
             config=PipelineConfig(retrieve_budget_s=s.query_retrieve_budget_s, judge_budget_s=s.eval_judge_budget_s,
                                   generate_budget_s=s.query_generate_budget_s, history_turns=s.conversation_turns,
                                   candidates=s.query_retrieval_candidates, strategies=s.default_strategies,
@@ -163,7 +193,7 @@ class Runtime:
                             metric_thresholds=s.review_metric_thresholds, mode=s.review_gate)
         grader = None
         if self.llm is not None:
-            grader = llm_grader(self.llm if s.eval_llm_judge else None, PromptRegistry().get(JUDGE_PROMPT),
+            grader = llm_grader(self.llm if s.eval_llm_judge else None, lambda: self.production_prompt(JUDGE_PROMPT),
                                 RagasConfig.from_settings(s), self.embedder.embed, s.eval_judge_budget_s)
         return AnswerEvaluator(weights=s.eval_weights, half_life_days=s.eval_freshness_half_life_days, policy=policy,
                                embed=self.embedder.embed if s.eval_similarity else None, llm_grader=grader)
@@ -196,6 +226,8 @@ class Runtime:
             self.embedder_error = None
 
     async def close(self) -> None:
+        if "prompt_repository" in self.__dict__:
+            await self.prompt_repository.close()
         if "llm" in self.__dict__ and self.llm is not None:  # only if it was ever made
             await self.llm.close()
         await self.embedder.close()

@@ -301,7 +301,7 @@ def test_guideline_versions_record_the_admin_key(client: TestClient, keys: dict[
     assert stored.status_code == 200, stored.text
     conninfo = migrated_url.replace("postgresql+psycopg://", "postgresql://", 1)
     with psycopg.connect(conninfo) as conn:
-        author, = conn.execute("SELECT created_by FROM guideline_sets WHERE version = %s",
+        author, = conn.execute("SELECT author FROM prompt_versions WHERE kind = 'guidelines' AND version = %s",
                                (stored.json()["version"],)).fetchone()
     assert author.startswith("admin-key (")
 

@@ -122,6 +122,8 @@ class AnswerLogEntry(BaseModel):
     model: str | None
     prompt_name: str | None
     prompt_version: int | None
+    experiment_id: uuid.UUID | None = Field(default=None, description="The experiment that chose the prompt version.")
+    variant: str | None = None
     timings: dict[str, float]
     context: list[dict[str, Any]] = Field(default_factory=list, description="[{n, chunk_id, score}] read.")
     held: bool = False

@@ -160,6 +160,10 @@ class ReviewDecisionPublic(BaseModel):
     prompt_version: int | None
     created_at: datetime
     golden_item_id: uuid.UUID | None = Field(description="The golden item an approved or edited answer became.")
+    candidate_prompt_version: int | None = Field(default=None, description=(
+        "The candidate version of the answer's prompt that corrected_prompt created (label candidate)."))
+    candidate_guidelines_version: int | None = Field(default=None, description=(
+        "The candidate guidelines version that corrected_routing created (label candidate)."))
 
 
 class ReviewItemDetail(ReviewItemSummary):

@@ -19,6 +19,7 @@ from rag_service.domain import (
     ReviewTrigger,
     Turn,
 )
+from rag_service.domain.prompts import PromptChoice, PromptVersion
 from rag_service.pipeline.generation.tokens import TokenSink
 
 
@@ -30,12 +31,22 @@ class Retrieves(Protocol):
 @runtime_checkable
 class AnswerGenerator(Protocol):
     name: str
+    prompt_name: str  # the prompt whose versions it reads
 
     async def generate(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate], *,
                        tier: Complexity = "simple", injection_flagged: bool = False,
                        retrieval_confidence: float | None = None,
-                       on_token: TokenSink | None = None) -> GeneratedAnswer:
-        """An answer citing ``context`` as [n] (1-based); its text also goes to ``on_token``."""
+                       on_token: TokenSink | None = None, prompt: PromptVersion | None = None) -> GeneratedAnswer:
+        """An answer citing ``context`` as [n] (1-based); its text also goes to ``on_token``.
+        ``prompt``: the version of its prompt to use (None: its shipped default)."""
+        ...
+
+
+@runtime_checkable
+class PromptSource(Protocol):
+    async def choose(self, name: str, unit: str) -> PromptChoice:
+        """The version of prompt ``name`` a query uses: production, or under a running experiment
+        the variant drawn for ``unit`` (the conversation, else the API key, else the query)."""
         ...
 
 

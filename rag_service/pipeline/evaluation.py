@@ -122,16 +122,18 @@ async def evaluate_answer(evaluator: AnswerEvaluator, parser: IntentParser, requ
     return (combined[0] if combined else graded).report
 
 
-def llm_grader(model: ChatModel | None, prompt: Prompt, ragas: RagasConfig | None, embed: Embed | None,
-               budget_s: float) -> LLMGrader | None:
-    """The LLM half of the evaluator: the ``judge_cot`` judge (when ``model`` is given) and ragas
+def llm_grader(model: ChatModel | None, prompt: Prompt | Callable[[], Awaitable[Prompt]], ragas: RagasConfig | None,
+               embed: Embed | None, budget_s: float) -> LLMGrader | None:
+    """The LLM half of the evaluator: the ``judge_cot`` judge (when ``model`` is given; ``prompt``
+    is its template, or a function reading the production version each time) and ragas
     (when configured), combined with the local scores (60% judge, 40% ragas where both scored;
     the local score, with the reason the judge gave none, elsewhere). None when neither is on."""
     if model is None and ragas is None:
         return None
 
     async def grade(inp: ScoringInput, local: Sequence[MetricScore]) -> tuple[list[MetricScore], list[str]]:
-        messages = prompt.render(**judge_variables(inp)) if model is not None else None
+        template = prompt if isinstance(prompt, Prompt) else await prompt()
+        messages = template.render(**judge_variables(inp)) if model is not None else None
         grades = await llm_grade(inp, model=model, messages=messages, ragas_config=ragas, embed=embed,
                                  budget_s=budget_s)
         return grades.combined(local), grades.notes

@@ -38,11 +38,13 @@ from rag_service.domain import (
     RouteDecision,
     SearchRequest,
 )
+from rag_service.domain.prompts import PromptChoice, assignment_unit
 from rag_service.errors import NotFoundError, RagServiceError
 from rag_service.pipeline.collaborators import (
     AnswerGenerator,
     CollectionCatalog,
     GuidelineSource,
+    PromptSource,
     QueryHistory,
     Retrieves,
 )
@@ -123,9 +125,11 @@ class QueryPipeline:
     def __init__(self, *, retriever: Retrieves, collections: CollectionCatalog, guidelines: GuidelineSource,
                  query_log: QueryHistory, generator: AnswerGenerator | None = None,
                  parser: IntentParser | None = None, config: PipelineConfig | None = None,
-                 intent_llm: LLM | None = None, evaluator: AnswerEvaluator | None = None) -> None:
+                 intent_llm: LLM | None = None, evaluator: AnswerEvaluator | None = None,
+                 prompts: PromptSource | None = None) -> None:
         """``generator`` answers (default: extractive); when it is not the extractive one, a
-        failure of it falls back to extractive answers."""
+        failure of it falls back to extractive answers. ``prompts`` chooses the version of the
+        generator's prompt each query uses (None: the generator's shipped default)."""
         self._retriever = retriever
         self._collections = collections
         self._guidelines = guidelines
@@ -135,6 +139,7 @@ class QueryPipeline:
         self._extractive = ExtractiveGenerator(self.config.abstain_below)
         self._generator: AnswerGenerator = generator or self._extractive
         self._intent_llm = intent_llm  # asked only when the rules are unsure of the query type
+        self._prompts = prompts
         self.evaluator = evaluator or AnswerEvaluator()
         self._late = LateGrading(self.evaluator, query_log,
                                  budget_s=self.config.judge_budget_s + self.config.evaluate_margin_s,
@@ -176,7 +181,9 @@ class QueryPipeline:
         grading = Grading()
 
         async def persist() -> None:
-            entry = log_entry(request, checked.masked, result, run.timings_ms(), api_key_id=api_key_id,
+            # The stored total is the latency up to persistence (experiments compare it per variant).
+            timings = {**run.timings_ms(), "total": round((time.perf_counter() - started) * 1000, 2)}
+            entry = log_entry(request, checked.masked, result, timings, api_key_id=api_key_id,
                               graded=grading.graded, context=grading.context)
             await self._log.record(entry)
 
@@ -193,8 +200,10 @@ class QueryPipeline:
                 result.outcome, result.answer = "declined", _DECLINE
             plan = Plan((persist_step,))
         else:
+            unit = assignment_unit(request.conversation_id, str(api_key_id) if api_key_id else None,
+                                   str(result.query_id))
             plan = self._answer_plan(run, intent, decision, retrieval_request, result, bool(checked.injection),
-                                     persist_step, grading, now)
+                                     persist_step, grading, now, unit)
         await run.emit("plan", {"steps": plan.describe()})
         await run.run(plan)
         graded = grading.graded
@@ -211,6 +220,17 @@ class QueryPipeline:
         result.timings_ms = run.timings_ms()
         result.timings_ms["total"] = round((time.perf_counter() - started) * 1000, 2)
         return result
+
+    async def _choose_prompt(self, name: str, unit: str) -> PromptChoice | None:
+        """The prompt version to answer with; a failure to read it must not cost the answer (the
+        generator's shipped default serves)."""
+        if self._prompts is None:
+            return None
+        try:
+            return await self._prompts.choose(name, unit)
+        except RagServiceError as exc:
+            log.warning("could not read the %s prompt's version (%s); using the shipped default", name, exc)
+            return None
 
     async def drain(self, timeout_s: float | None = None) -> None:
         """Wait for LLM gradings still running after delivery (shutdown, one-shot CLI runs)."""
@@ -233,7 +253,7 @@ class QueryPipeline:
 
     def _answer_plan(self, run: Executor, intent: Intent, decision: RouteDecision, scope: RetrievalRequest,
                      result: QueryResult, injection: bool, persist: Step, grading: Grading,
-                     now: datetime) -> Plan:
+                     now: datetime, unit: str) -> Plan:
         parts = [intent.question]
         if decision.route.split_parts and len(intent.sub_questions) >= 2:
             parts = list(intent.sub_questions)
@@ -255,6 +275,7 @@ class QueryPipeline:
                               budget_s=self.config.retrieve_budget_s, retry=True))
         retrieve_ids = tuple(s.id for s in steps)
         context: list[Candidate] = []
+        experiment: list[PromptChoice] = []  # the experiment's choice, when one chose the prompt
 
         def retrievals() -> list[RetrievalResult]:
             return [run.results[i] for i in retrieve_ids]
@@ -279,9 +300,14 @@ class QueryPipeline:
                 for n, c in enumerate(context, start=1)], "confidence": confidence})
             # With nothing retrieved there is nothing for an LLM to read: the extractive generator says so.
             generator = self._generator if context else self._extractive
-            return await generator.generate(intent.question, intent.sub_questions, context,
-                                            tier=decision.route.tier, injection_flagged=injection,
-                                            retrieval_confidence=confidence, on_token=on_token)
+            chosen = await self._choose_prompt(generator.prompt_name, unit)
+            answer = await generator.generate(intent.question, intent.sub_questions, context,
+                                              tier=decision.route.tier, injection_flagged=injection,
+                                              retrieval_confidence=confidence, on_token=on_token,
+                                              prompt=chosen.version if chosen else None)
+            if chosen is not None and chosen.experiment_id is not None:
+                experiment[:] = [chosen]
+            return answer
 
         async def answer_extractively(error: BaseException) -> Fallback:
             why = str(error) or ("timed out" if isinstance(error, TimeoutError) else type(error).__name__)
@@ -304,6 +330,10 @@ class QueryPipeline:
         async def finish(answer: GeneratedAnswer) -> GeneratedAnswer:
             # The result is complete here, so persistence (next) stores what the caller gets.
             fill_answer(result, answer)
+            chosen = experiment[0] if experiment else None
+            if chosen is not None and result.prompt is not None and answer.prompt_version == chosen.version.version \
+                    and answer.prompt_name == chosen.version.name:  # not a fallback's answer
+                result.prompt.update(experiment_id=str(chosen.experiment_id), variant=chosen.variant)
             result.retrieval = retrieval_summary(parts, retrievals())
             if not holds:
                 for citation in answer.citations:

@@ -104,6 +104,7 @@ def log_entry(request: QueryRequest, masked_question: str, result: QueryResult, 
             citations=[c.model_dump(mode="json") for c in result.citations], confidence=result.confidence,
             generator=result.generator or "none", model=result.model,
             prompt_name=(result.prompt or {}).get("name"), prompt_version=(result.prompt or {}).get("version"),
+            experiment_id=(result.prompt or {}).get("experiment_id"), variant=(result.prompt or {}).get("variant"),
             timings=timings, context=context or [], held=bool(verdict and verdict.hold and verdict.needs_review),
         )
     return QueryLogEntry(

@@ -1,7 +1,10 @@
-"""A small prompt registry: named Jinja2 templates with versions, shipped in the package.
+"""The shipped prompts: named Jinja2 templates with versions, in the package, and their default
+parameters.
 
-``templates/<name>.v<version>.j2``; the highest version is current. The review issue extends
-this with versions stored in the database, experiments and promotion.
+``templates/<name>.v<version>.j2``. These are what migration 0006 stores as version 1 of each
+prompt; at run time the generator and the judge read the version labelled ``production`` in the
+database (``db/repos/prompts.py``), and this registry is their fallback when no database is wired
+(unit tests, the library used alone): the highest shipped version.
 """
 
 from __future__ import annotations
@@ -17,6 +20,14 @@ from rag_service.errors import ConfigError, NotFoundError
 
 _SECTION = re.compile(r"^\[(system|user|assistant)\]\s*$", re.M)
 _FILE = re.compile(r"^(?P<name>[a-z0-9_]+)\.v(?P<version>\d+)\.j2$")
+# What each shipped prompt's version 1 is stored with. LLM prompts: sampling temperature (the
+# model tier comes from the route unless a version sets "tier"). The extractive generator's own:
+# how many sentences an answer may take and how close to the best one they must score.
+SHIPPED_PARAMETERS: dict[str, dict[str, Any]] = {
+    "answer_cot": {"temperature": 0.0},
+    "judge_cot": {"temperature": 0.0},
+    "answer_extractive": {"max_sentences": 3, "support_ratio": 0.6},
+}
 _ENV = Environment(undefined=StrictUndefined, autoescape=False, trim_blocks=True, lstrip_blocks=True,
                    keep_trailing_newline=False)
 
@@ -70,3 +81,26 @@ class PromptRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._prompts)
+
+    def all_versions(self, name: str) -> list[Prompt]:
+        self.get(name)  # NotFoundError naming the known prompts
+        return [self._prompts[name][v] for v in sorted(self._prompts[name])]
+
+    @staticmethod
+    def parameters(name: str) -> dict[str, Any]:
+        return dict(SHIPPED_PARAMETERS.get(name, {}))
+
+
+def validate_template(source: str) -> None:
+    """Raise ValueError saying what to fix when ``source`` is not a usable prompt template:
+    sections ``[system]``/``[user]`` and valid Jinja2 in each."""
+    prompt = Prompt("candidate", 0, source)
+    try:
+        sections = prompt.sections()
+    except ConfigError as exc:
+        raise ValueError("a prompt template needs at least one section line such as [system] or [user]") from exc
+    for role, section in sections:
+        try:
+            _ENV.parse(section)
+        except TemplateSyntaxError as exc:
+            raise ValueError(f"the [{role}] section is not valid Jinja2 (line {exc.lineno}): {exc.message}") from exc

@@ -25,6 +25,7 @@ from rag_service.domain import (
     SearchHit,
     Turn,
 )
+from rag_service.domain.prompts import PromptVersion
 from rag_service.errors import DatabaseUnavailableError, NotFoundError, ProviderError, StepTimeoutError
 from rag_service.pipeline.collaborators import (
     AnswerGenerator,
@@ -107,6 +108,7 @@ class ScriptedGenerator:
     ``error``."""
 
     name = "llm"
+    prompt_name = "answer_cot"
 
     def __init__(self, answer: str = "", error: Exception | None = None, delay_s: float = 0.0) -> None:
         self.answer, self.error, self.delay_s = answer, error, delay_s
@@ -114,7 +116,7 @@ class ScriptedGenerator:
     async def generate(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate], *,
                        tier: Complexity = "simple", injection_flagged: bool = False,
                        retrieval_confidence: float | None = None,
-                       on_token: TokenSink | None = None) -> GeneratedAnswer:
+                       on_token: TokenSink | None = None, prompt: PromptVersion | None = None) -> GeneratedAnswer:
         if on_token is not None:
             await on_token("Partial ")
         await asyncio.sleep(self.delay_s)

@@ -1,74 +1,34 @@
-"""The router's guidelines, stored as versions; the newest is current."""
+"""The router's guidelines: versions of kind ``guidelines`` (name ``router``) in the prompt
+versions, the one labelled ``production`` current. Reads are cached by ``PromptRepository`` and a
+new version reaches every process at once (LISTEN/NOTIFY)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.expression import bindparam
-
-from rag_service.db.engine import Database
+from rag_service.db.repos.prompts import PromptRepository
 from rag_service.domain import GuidelineSet
+from rag_service.domain.prompts import GUIDELINES_NAME, PRODUCTION
 
 
 class GuidelineRepository:
-    """The shipped defaults (``defaults``, read on first use) become version 1. Reads are cached
-    for ``ttl_s`` so a query does not cost a round trip; a PUT through this process is seen at
-    once, through another process within the TTL."""
-
-    def __init__(self, db: Database, defaults: Callable[[], GuidelineSet], ttl_s: float = 5.0) -> None:
-        self._db = db
-        self._defaults = defaults
-        self._ttl_s = ttl_s
-        self._cached: tuple[float, int, GuidelineSet] | None = None
+    def __init__(self, prompts: PromptRepository) -> None:
+        self._prompts = prompts
 
     async def current(self) -> tuple[int, GuidelineSet]:
-        now = time.monotonic()
-        if self._cached and now - self._cached[0] < self._ttl_s:
-            return self._cached[1], self._cached[2]
-        async with self._db.connect() as conn:
-            row = (await conn.execute(text(
-                "SELECT version, document FROM guideline_sets ORDER BY version DESC LIMIT 1"))).first()
-        if row is None:
-            found = await self._seed()
-        else:
-            found = (row.version, GuidelineSet.model_validate(row.document))
-        self._cached = (now, *found)
-        return found
-
-    async def _seed(self) -> tuple[int, GuidelineSet]:
-        async with self._db.begin() as conn:
-            # Serialise concurrent first uses so only one of them writes version 1.
-            await conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('guideline_sets seed'))"))
-            row = (await conn.execute(text(
-                "SELECT version, document FROM guideline_sets ORDER BY version DESC LIMIT 1"))).first()
-            if row is not None:
-                return row.version, GuidelineSet.model_validate(row.document)
-            defaults = self._defaults()
-            return await self._insert(conn, defaults, "shipped defaults", "system"), defaults
+        version = await self._prompts.by_label("guidelines", GUIDELINES_NAME, PRODUCTION)
+        return version.version, GuidelineSet.model_validate_json(version.body)
 
     async def put(self, guidelines: GuidelineSet, comment: str | None, author: str | None) -> int:
-        async with self._db.begin() as conn:
-            version = await self._insert(conn, guidelines, comment, author)
-        self._cached = (time.monotonic(), version, guidelines)
-        return version
-
-    @staticmethod
-    async def _insert(conn: AsyncConnection, guidelines: GuidelineSet, comment: str | None,
-                      author: str | None) -> int:
-        stmt = text("INSERT INTO guideline_sets (document, comment, created_by) VALUES (:doc, :comment, :author) "
-                    "RETURNING version").bindparams(bindparam("doc", type_=JSONB))
-        result = await conn.execute(stmt, {"doc": guidelines.model_dump(mode="json", exclude_none=True),
-                                           "comment": comment, "author": author})
-        return int(result.scalar_one())
+        """A new version, labelled production at once (PUT /v1/guidelines)."""
+        current = await self._prompts.by_label("guidelines", GUIDELINES_NAME, PRODUCTION)
+        created = await self._prompts.create(
+            "guidelines", GUIDELINES_NAME, body=guidelines.model_dump_json(indent=2, exclude_none=True),
+            parameters={}, author=author, source="manual", note=comment, parent_version=current.version,
+            label=PRODUCTION)
+        return created.version
 
     async def versions(self, limit: int = 20) -> list[dict[str, Any]]:
-        async with self._db.connect() as conn:
-            rows = await conn.execute(text(
-                "SELECT version, comment, created_by, created_at FROM guideline_sets ORDER BY version DESC "
-                "LIMIT :limit"), {"limit": limit})
-            return [dict(r._mapping) for r in rows]
+        found, _ = await self._prompts.versions("guidelines", GUIDELINES_NAME, limit=limit)
+        return [{"version": v.version, "comment": v.note, "created_by": v.author, "created_at": v.created_at,
+                 "labels": v.labels} for v in found]

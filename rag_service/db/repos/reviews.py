@@ -359,6 +359,20 @@ class ReviewRepository:
         assert decision is not None  # written above, in this transaction
         return decision
 
+    async def reviewed_examples(self, prompt_name: str, *, limit: int = 20) -> list[dict[str, Any]]:
+        """The last ``limit`` approved or edited reviews of answers made with ``prompt_name``,
+        newest first: review id, the question (resolved), the approved or corrected answer and the
+        reviewer's feedback text."""
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(text(
+                "SELECT r.id AS review_id, COALESCE(q.resolved_question, q.question) AS question, "
+                "COALESCE(d.corrected_answer, a.text) AS answer, d.feedback FROM review_decisions d "
+                "JOIN review_items r ON r.id = d.review_id JOIN queries q ON q.id = r.query_id "
+                "JOIN answers a ON a.query_id = r.query_id WHERE d.prompt_name = :name "
+                "AND d.decision IN ('approved', 'edited') ORDER BY d.created_at DESC, d.id DESC LIMIT :limit"),
+                {"name": prompt_name, "limit": limit})).all()
+        return [dict(r._mapping) for r in rows]
+
     # --- upkeep ------------------------------------------------------------------------------------
 
     async def housekeep(self, expire_after_s: float) -> Housekeeping:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from rag_service.domain import Candidate, Citation, Complexity, GeneratedAnswer
+from rag_service.domain.prompts import PromptVersion
 from rag_service.pipeline.generation.answerability import Assessment, Evidence, assess
 from rag_service.pipeline.generation.spans import short_answer
 from rag_service.pipeline.generation.tokens import TokenSink
@@ -21,7 +23,9 @@ from rag_service.text.sentences import Sentence, split_sentences
 from rag_service.text.terms import terms
 
 MAX_SENTENCES = 3
+SUPPORT_RATIO = 0.6
 _RANK_PRIOR = 0.15
+PROMPT_NAME = "answer_extractive"
 
 
 @dataclass(frozen=True)
@@ -61,20 +65,51 @@ NOT_IN_DOCUMENTS = ("The documents in this collection do not appear to answer th
 ABSTAIN_BELOW = 0.1
 
 
+@dataclass(frozen=True)
+class ExtractiveParameters:
+    """What a version of the ``answer_extractive`` prompt can set: how many sentences an answer
+    takes (the best, and others scoring at least ``support_ratio`` times as well), and the
+    answerability probability below which it says the documents do not answer (0: never)."""
+
+    max_sentences: int = MAX_SENTENCES
+    support_ratio: float = SUPPORT_RATIO
+    abstain_below: float = ABSTAIN_BELOW
+
+    def __post_init__(self) -> None:
+        if self.max_sentences < 1 or not 0 <= self.support_ratio <= 1 or not 0 <= self.abstain_below <= 1:
+            raise ValueError("max_sentences must be >= 1, support_ratio and abstain_below in [0, 1]")
+
+    def updated(self, parameters: dict[str, Any]) -> ExtractiveParameters:
+        """These parameters with a prompt version's (those it sets win)."""
+        known = {k: parameters[k] for k in ("max_sentences", "support_ratio", "abstain_below") if k in parameters}
+        return replace(self, **known)
+
+
 class ExtractiveGenerator:
     name = "extractive"
 
+    prompt_name = PROMPT_NAME
+
     def __init__(self, abstain_below: float = ABSTAIN_BELOW) -> None:
         """``abstain_below``: answer only when the answerability model's probability that the
-        evidence answers reaches it (0 never abstains)."""
-        self.abstain_below = abstain_below
+        evidence answers reaches it (0 never abstains); a prompt version may set its own."""
+        self.defaults = ExtractiveParameters(abstain_below=abstain_below)
+
+    @property
+    def abstain_below(self) -> float:
+        return self.defaults.abstain_below
 
     async def generate(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate], *,
                        tier: Complexity = "simple", injection_flagged: bool = False,
-                       retrieval_confidence: float | None = None, on_token: TokenSink | None = None) -> GeneratedAnswer:
-        """The AnswerGenerator protocol: ``extract``, with each claim passed to ``on_token`` as the
-        answer's text (there is no model tier, and retrieved text is never executed as instructions)."""
-        answer = self.extract(question, sub_questions, context, retrieval_confidence)
+                       retrieval_confidence: float | None = None, on_token: TokenSink | None = None,
+                       prompt: PromptVersion | None = None) -> GeneratedAnswer:
+        """The AnswerGenerator protocol: ``extract`` with ``prompt``'s parameters, each claim passed
+        to ``on_token`` as the answer's text (there is no model tier, and retrieved text is never
+        executed as instructions)."""
+        parameters = self.defaults.updated(prompt.parameters) if prompt is not None else self.defaults
+        answer = self.extract(question, sub_questions, context, retrieval_confidence, parameters=parameters)
+        answer = answer.model_copy(update={"prompt_name": PROMPT_NAME,
+                                           "prompt_version": prompt.version if prompt is not None else None})
         if on_token is not None and not answer.claims:
             await on_token(answer.answer)
         elif on_token is not None:
@@ -83,7 +118,8 @@ class ExtractiveGenerator:
         return answer
 
     def select(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate],
-               judge: Callable[[Evidence], Assessment] = assess) -> Selection | None:
+               judge: Callable[[Evidence], Assessment] = assess,
+               parameters: ExtractiveParameters | None = None) -> Selection | None:
         """The sentences that answer best (each part's best; for a single question, up to
         MAX_SENTENCES that score nearly as well) and ``judge``'s reading of the evidence (the
         answerability models; training passes one that only reads the features); None when the
@@ -96,6 +132,7 @@ class ExtractiveGenerator:
                 sentence_terms.append(terms(sentence.text))
         if not pool:
             return None
+        parameters = parameters or self.defaults
         idf = _idf(sentence_terms)
         chosen: dict[tuple[int, int], _Scored] = {}
         assessment: Assessment | None = None
@@ -122,8 +159,8 @@ class ExtractiveGenerator:
                     keyword_scores=[c.scores["keyword"] for c in context if "keyword" in c.scores]))
                 if not sub_questions:
                     # A single question may take a couple of supporting sentences that score nearly as well.
-                    for s in scored[1:MAX_SENTENCES]:
-                        if s.score >= 0.6 * top.score:
+                    for s in scored[1:parameters.max_sentences]:
+                        if s.score >= parameters.support_ratio * top.score:
                             chosen.setdefault((s.context, s.sentence.start), s)
         assert assessment is not None
         # Reading order: by context rank, then position in the chunk.
@@ -131,16 +168,18 @@ class ExtractiveGenerator:
         return Selection(ordered, max(chosen.values(), key=lambda s: s.score).sentence.text, assessment)
 
     def extract(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate],
-                retrieval_confidence: float | None = None) -> GeneratedAnswer:
+                retrieval_confidence: float | None = None,
+                parameters: ExtractiveParameters | None = None) -> GeneratedAnswer:
         """The answer, or, when the answerability model finds the evidence does not answer the
         question, a statement saying so with the closest passages (``answered`` false).
         ``retrieval_confidence`` is accepted for the protocol's sake: the model reads the evidence itself."""
-        selection = self.select(question, sub_questions, context)
+        parameters = parameters or self.defaults
+        selection = self.select(question, sub_questions, context, parameters=parameters)
         if selection is None:
             return GeneratedAnswer(answer=NOTHING_FOUND, citations=[], claims=[], confidence=0.0,
                                    generator="extractive", answered=False)
         assessment = selection.assessment
-        if assessment.probability < self.abstain_below:
+        if assessment.probability < parameters.abstain_below:
             # The confidence model knows answerable questions only; here the answerability
             # probability is the honest figure.
             return GeneratedAnswer(answer=NOT_IN_DOCUMENTS, citations=[], claims=[],

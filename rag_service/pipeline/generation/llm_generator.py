@@ -7,14 +7,16 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Sequence
+from typing import Any, cast
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from rag_service.domain import Candidate, Citation, GeneratedAnswer
+from rag_service.domain.prompts import PromptVersion
 from rag_service.errors import ProviderError
 from rag_service.pipeline.generation.spans import short_answer
 from rag_service.pipeline.generation.tokens import TokenSink
-from rag_service.prompts.registry import PromptRegistry
+from rag_service.prompts.registry import Prompt, PromptRegistry
 from rag_service.providers.llm import LLM, Tier
 from rag_service.text.citations import best_span, cited_numbers, strip_markers, verify_claims
 
@@ -88,6 +90,8 @@ def _parse(reply: str) -> LLMAnswer:
 class LLMGenerator:
     name = "llm"
 
+    prompt_name = PROMPT_NAME
+
     def __init__(self, llm: LLM, prompts: PromptRegistry | None = None, max_tries: int = MAX_TRIES) -> None:
         self._llm = llm
         self._prompts = prompts or PromptRegistry()
@@ -95,18 +99,26 @@ class LLMGenerator:
 
     async def generate(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate], *,
                        tier: Tier = "simple", injection_flagged: bool = False,
-                       retrieval_confidence: float | None = None, on_token: TokenSink | None = None) -> GeneratedAnswer:
-        """An answer from the LLM (``retrieval_confidence`` is not used: the model states its own)."""
-        prompt = self._prompts.get(PROMPT_NAME)
+                       retrieval_confidence: float | None = None, on_token: TokenSink | None = None,
+                       prompt: PromptVersion | None = None) -> GeneratedAnswer:
+        """An answer from the LLM with ``prompt``'s template and parameters (default: the shipped
+        template). ``retrieval_confidence`` is not used: the model states its own."""
+        parameters: dict[str, Any] = prompt.parameters if prompt is not None else {}
+        template = (Prompt(prompt.name, prompt.version, prompt.body) if prompt is not None
+                    else self._prompts.get(PROMPT_NAME))
+        tier = cast(Tier, parameters.get("tier", tier))
+        temperature = float(parameters.get("temperature", 0.0))
+        max_tokens = int(parameters.get("max_tokens", 1024))
         passages = [{"title": c.hit.title, "source_uri": c.hit.source_uri, "text": c.hit.text} for c in context]
-        messages = prompt.render(passages=passages, question=question, sub_questions=list(sub_questions),
+        messages = template.render(passages=passages, question=question, sub_questions=list(sub_questions),
                                  injection_flagged=injection_flagged)
         errors: list[str] = []
         for attempt in range(1, self._max_tries + 1):
             if on_token is not None and attempt == 1:
-                reply = await self._streamed(messages, tier, on_token)
+                reply = await self._streamed(messages, tier, on_token, temperature, max_tokens)
             else:
-                reply = await self._llm.complete(messages, tier=tier, max_tokens=1024, json_mode=True)
+                reply = await self._llm.complete(messages, tier=tier, max_tokens=max_tokens, temperature=temperature,
+                                                 json_mode=True)
             try:
                 parsed = _parse(reply)
             except (ValidationError, ValueError) as exc:
@@ -115,14 +127,16 @@ class LLMGenerator:
                             {"role": "user", "content": f"That reply was not valid: {exc}. Reply again with only "
                                                         "the JSON object described, fixing this."}]
                 continue
-            return self._answer(parsed, question, context, prompt.name, prompt.version, tier)
+            return self._answer(parsed, question, context, template.name, template.version, tier)
         raise ProviderError(f"the LLM gave no valid answer in {self._max_tries} tries: {'; '.join(errors)}",
                             stage="generator")
 
-    async def _streamed(self, messages: list[dict[str, str]], tier: Tier, on_token: TokenSink) -> str:
+    async def _streamed(self, messages: list[dict[str, str]], tier: Tier, on_token: TokenSink, temperature: float,
+                        max_tokens: int) -> str:
         streamer = AnswerFieldStreamer()
         pieces: list[str] = []
-        async for piece in self._llm.stream(messages, tier=tier, max_tokens=1024, json_mode=True):
+        async for piece in self._llm.stream(messages, tier=tier, max_tokens=max_tokens, temperature=temperature,
+                                            json_mode=True):
             pieces.append(piece)
             visible = streamer.feed(piece)
             if visible:

@@ -1,0 +1,123 @@
+"""Experiments between two labels of a prompt, and their observations: each answer given under
+the experiment with its variant, grades, review outcome and latency (``rag_service.learning``
+turns them into statistics)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+
+from rag_service.db.engine import Database
+from rag_service.db.repos.prompts import _EXPERIMENT, notify
+from rag_service.domain.prompts import Experiment, ExperimentRequest
+from rag_service.errors import ConflictError, NotFoundError
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One answer of an experiment, in arrival order."""
+
+    variant: str
+    overall: float | None
+    metrics: dict[str, float]
+    queued: bool  # the answer went to the review queue
+    decision: str | None  # approved | rejected | edited, once reviewed
+    latency_ms: float | None
+    generator: str
+
+
+def _experiment(row: Any) -> Experiment:
+    return Experiment.model_validate(dict(row._mapping))
+
+
+class ExperimentRepository:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def start(self, request: ExperimentRequest, control_version: int, candidate_version: int,
+                    started_by: str | None) -> Experiment:
+        async with self._db.begin() as conn:
+            running = (await conn.execute(text(
+                "SELECT id FROM experiments WHERE name = :name AND status = 'running' FOR UPDATE"),
+                {"name": request.name})).first()
+            if running is not None:
+                raise ConflictError(f"prompt {request.name!r} already has a running experiment ({running.id}); "
+                                    "stop it first", fields={"experiment_id": str(running.id)})
+            row = (await conn.execute(text(
+                "INSERT INTO experiments (id, name, control_label, candidate_label, control_version, "
+                "candidate_version, share, alpha, tau, started_by, note) VALUES (:id, :name, :control_label, "
+                ":candidate_label, :control_version, :candidate_version, :share, :alpha, :tau, :started_by, :note) "
+                f"RETURNING {_EXPERIMENT}"),
+                {"id": uuid.uuid4(), **request.model_dump(exclude={"note"}), "note": request.note,
+                 "control_version": control_version, "candidate_version": candidate_version,
+                 "started_by": started_by})).one()
+            await notify(conn, "prompt", request.name)
+        return _experiment(row)
+
+    async def end(self, experiment_id: uuid.UUID, status: str, reason: str) -> Experiment:
+        """Stop a running experiment (``stopped`` by the guardrail or a person, ``promoted``,
+        ``ended``); traffic goes back to the control label at once."""
+        async with self._db.begin() as conn:
+            row = (await conn.execute(text(
+                "UPDATE experiments SET status = :status, stop_reason = :reason, ended_at = now() "
+                f"WHERE id = :id AND status = 'running' RETURNING {_EXPERIMENT}"),
+                {"id": experiment_id, "status": status, "reason": reason})).first()
+            if row is None:
+                await self.get(experiment_id)  # NotFoundError when it does not exist
+                raise ConflictError(f"experiment {experiment_id} is not running",
+                                    fields={"experiment_id": str(experiment_id)})
+            await notify(conn, "prompt", row.name)
+        return _experiment(row)
+
+    async def mark(self, experiment_id: uuid.UUID, status: str, reason: str) -> Experiment:
+        """Record how an experiment that has already stopped ended (e.g. promoted afterwards)."""
+        async with self._db.begin() as conn:
+            row = (await conn.execute(text(
+                "UPDATE experiments SET status = :status, stop_reason = COALESCE(stop_reason || '; ', '') || :reason, "
+                f"ended_at = COALESCE(ended_at, now()) WHERE id = :id RETURNING {_EXPERIMENT}"),
+                {"id": experiment_id, "status": status, "reason": reason})).first()
+            if row is None:
+                raise NotFoundError(f"no experiment {experiment_id}")
+            await notify(conn, "prompt", row.name)
+        return _experiment(row)
+
+    async def get(self, experiment_id: uuid.UUID) -> Experiment:
+        async with self._db.connect() as conn:
+            row = (await conn.execute(text(f"SELECT {_EXPERIMENT} FROM experiments WHERE id = :id"),
+                                      {"id": experiment_id})).first()
+        if row is None:
+            raise NotFoundError(f"no experiment {experiment_id}")
+        return _experiment(row)
+
+    async def list(self, name: str | None = None, *, limit: int = 50, offset: int = 0
+                   ) -> tuple[list[Experiment], int]:
+        params = {"name": name, "limit": limit, "offset": offset}
+        where = "(CAST(:name AS text) IS NULL OR name = :name)"
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(text(
+                f"SELECT {_EXPERIMENT} FROM experiments WHERE {where} ORDER BY created_at DESC "
+                "LIMIT :limit OFFSET :offset"), params)).all()
+            total = (await conn.execute(text(f"SELECT count(*) FROM experiments WHERE {where}"), params)).scalar_one()
+        return [_experiment(r) for r in rows], total
+
+    async def observations(self, experiment_id: uuid.UUID) -> list[Observation]:
+        """Every answer given under the experiment, oldest first. The grades are the combined
+        scorer's where the LLM judge has graded, else the local scorer's."""
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(text(
+                "SELECT a.variant, s.overall, s.metrics, (r.id IS NOT NULL) AS queued, d.decision, "
+                "CAST(a.timings_ms ->> 'total' AS float8) AS latency_ms, a.generator FROM answers a "
+                "LEFT JOIN LATERAL (SELECT overall, metrics FROM answer_scores WHERE query_id = a.query_id "
+                "ORDER BY (scorer = 'combined') DESC, id DESC LIMIT 1) s ON TRUE "
+                "LEFT JOIN review_items r ON r.query_id = a.query_id "
+                "LEFT JOIN review_decisions d ON d.review_id = r.id "
+                "WHERE a.experiment_id = :id ORDER BY a.created_at, a.id"), {"id": experiment_id})).all()
+        return [Observation(
+            variant=r.variant, overall=r.overall, queued=r.queued, decision=r.decision, latency_ms=r.latency_ms,
+            generator=r.generator,
+            metrics={k: float(v["value"]) for k, v in (r.metrics or {}).items()
+                     if isinstance(v, dict) and v.get("value") is not None})
+            for r in rows]

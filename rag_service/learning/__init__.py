@@ -1,0 +1,1 @@
+"""The learning loop: prompt versions, experiments and promotion."""
