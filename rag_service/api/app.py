@@ -17,11 +17,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ingestion.jobs import make_queue, run_worker
 from rag_service import __version__
-from rag_service.api import documents, evaluate, health, query, reviews, search
+from rag_service.api import documents, evaluate, health, prompts, query, reviews, search
 from rag_service.api.problems import problem, problem_response
 from rag_service.config import Settings, get_settings
 from rag_service.errors import RagServiceError
 from rag_service.runtime import Runtime
+from rag_service.web import console
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(query.router)
     app.include_router(evaluate.router)
     app.include_router(reviews.router)
+    app.include_router(prompts.router)
+    app.include_router(prompts.experiments_router)
+    app.include_router(console.router)
 
     def openapi() -> dict[str, Any]:
         # Bodies read by hand (multipart or JSON on one route) reference schemas FastAPI does not

@@ -86,13 +86,15 @@ async def claim_review(review_id: uuid.UUID, runtime: RuntimeDep, caller: Review
 @router.post("/reviews/{review_id}/decision", response_model=ReviewDecisionPublic, status_code=201,
              tags=["reviews"], summary="Decide a claimed item",
              description="Needs your live claim (else 409: claim it first). Approved and edited answers become "
-                         "golden items. The decision records your key.",
+                         "golden items. The decision records your key. A `corrected_prompt` becomes a candidate "
+                         "version of the answer's prompt, a `corrected_routing` a candidate guidelines version "
+                         "(label `candidate`, linked to this review).",
              responses={**_NOT_FOUND, **_CONFLICT,
                         422: {"description": "Invalid decision (e.g. edited without corrected_answer)"}},
              **role("reviewer"))
 async def decide_review(review_id: uuid.UUID, body: ReviewDecisionRequest, runtime: RuntimeDep,
                         caller: ReviewerDep) -> ReviewDecisionPublic:
-    return await runtime.reviews.decide(caller, review_id, body)
+    return await runtime.learning.decide(caller, review_id, body)
 
 
 @router.get("/answers/{answer_id}", response_model=AnswerView, tags=["answers"], summary="An answer",

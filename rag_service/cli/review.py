@@ -9,7 +9,9 @@ be decided from here with the same key.
 
 from __future__ import annotations
 
+import json
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -20,14 +22,13 @@ from rich.text import Text
 from rag_service.cli.common import JsonFlag, app, emit_json, handle_errors, run_with_runtime, stderr, validated
 from rag_service.domain import Caller
 from rag_service.domain.review import ReviewDecisionRequest, ReviewFilters
-from rag_service.errors import ForbiddenError, UnauthorizedError
+from rag_service.errors import ForbiddenError, InvalidInputError, UnauthorizedError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from pydantic import BaseModel
 
-    from rag_service.review.service import ReviewService
     from rag_service.runtime import Runtime
 
 review_app = typer.Typer(help="The human-review queue: list, show, claim and decide answers.", no_args_is_help=True)
@@ -39,8 +40,9 @@ KeyOption = Annotated[str | None, typer.Option(
     help="Act as this API key (reviewer or admin role) instead of the local operator.")]
 
 
-def _run(key: str | None, work: Callable[[ReviewService, Caller], Awaitable[BaseModel | None]]) -> Any:
-    """Run ``work`` as the caller ``key`` names (or the local operator); its model as JSON data."""
+def _run(key: str | None, work: Callable[[Any, Caller], Awaitable[BaseModel | None]], learning: bool = False) -> Any:
+    """Run ``work`` as the caller ``key`` names (or the local operator); its model as JSON data.
+    ``work`` gets the review service, or with ``learning`` the one that also makes candidates."""
 
     async def run(runtime: Runtime) -> Any:
         caller = LOCAL_OPERATOR
@@ -51,7 +53,7 @@ def _run(key: str | None, work: Callable[[ReviewService, Caller], Awaitable[Base
             if not found.can("reviewer"):
                 raise ForbiddenError(f"this is a {found.role} key; reviewing needs the reviewer or admin role")
             caller = found
-        result = await work(runtime.reviews, caller)
+        result = await work(runtime.learning if learning else runtime.reviews, caller)
         return None if result is None else result.model_dump(mode="json")
 
     return run_with_runtime(run)
@@ -158,17 +160,33 @@ def review_decide(
     category: Annotated[str, typer.Option(help="routing, answer_quality, relevance or other.")],
     feedback: Annotated[str | None, typer.Option(help="Free text for the team.")] = None,
     corrected_answer: Annotated[str | None, typer.Option(help="Required with --decision edited.")] = None,
+    corrected_prompt: Annotated[Path | None, typer.Option(
+        help="A file with a prompt template that would have done better: becomes a candidate version.")] = None,
+    corrected_routing: Annotated[str | None, typer.Option(
+        help='JSON: {"guideline": NAME}, {"route": {...}} or a whole guideline; becomes a candidate guidelines '
+             'version.')] = None,
     key: KeyOption = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Record a decision on an item you hold; approved and edited answers become golden items."""
+    """Record a decision on an item you hold; approved and edited answers become golden items, and
+    corrections become candidate prompt or guideline versions."""
+    try:
+        routing = json.loads(corrected_routing) if corrected_routing is not None else None
+        prompt = corrected_prompt.read_text(encoding="utf-8") if corrected_prompt is not None else None
+    except (json.JSONDecodeError, OSError) as exc:
+        raise InvalidInputError(f"--corrected-routing must be JSON and --corrected-prompt a readable file: {exc}") \
+            from None
     request = validated(lambda: ReviewDecisionRequest(decision=decision, category=category, feedback=feedback,
-                                                      corrected_answer=corrected_answer))
-    result = _run(key, lambda reviews, caller: reviews.decide(caller, review_id, request))
+                                                      corrected_answer=corrected_answer, corrected_prompt=prompt,
+                                                      corrected_routing=routing))
+    result = _run(key, lambda reviews, caller: reviews.decide(caller, review_id, request), learning=True)
     if as_json:
         emit_json(result)
         return
     golden = f"; golden item {result['golden_item_id']}" if result["golden_item_id"] else ""
+    for what in ("prompt", "guidelines"):
+        if result.get(f"candidate_{what}_version"):
+            golden += f"; candidate {what} version {result[f'candidate_{what}_version']}"
     stderr.print(f"{review_id}: {result['decision']} ({result['category']}){golden}", highlight=False)
 
 

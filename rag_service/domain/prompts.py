@@ -98,7 +98,8 @@ class NewVersionRequest(BaseModel):
 
     body: str | None = Field(default=None, min_length=1, max_length=50_000, description=(
         "The template (with [system]/[user] sections), or for guidelines their JSON. Default: the parent's."))
-    parameters: dict[str, Any] | None = Field(default=None, description="Default: the parent's.")
+    parameters: dict[str, Any] | None = Field(default=None, description=(
+        "Merged over the parent's (a null value removes one)."))
     parent_version: int | None = Field(default=None, ge=1, description="Default: the production version.")
     note: str | None = Field(default=None, max_length=2_000)
     label: str | None = Field(default=None, description="A label to point at the new version, e.g. candidate.")

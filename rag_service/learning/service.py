@@ -110,7 +110,9 @@ class PromptService:
         else:
             parent = await self.prompts.version(kind, name, parent_number)
         body = request.body if request.body is not None else parent.body
-        parameters = request.parameters if request.parameters is not None else parent.parameters
+        # Given parameters are merged over the parent's; null removes one.
+        merged = {**parent.parameters, **(request.parameters or {})}
+        parameters = {k: v for k, v in merged.items() if v is not None}
         check_body(kind, name, body, parameters)
         return await self.prompts.create(kind, name, body=body, parameters=parameters, author=actor(caller),
                                          source=source, note=request.note, parent_version=parent.version,

@@ -1,1 +1,1 @@
-"""The reviewer console: later issues."""
+"""The reviewer console: server-rendered pages at /review."""

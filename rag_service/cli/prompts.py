@@ -1,0 +1,428 @@
+"""``ragsvc prompts ...``, ``ragsvc guidelines ...`` and ``ragsvc experiments ...``: versions and
+labels with their audit, candidates from reviews, experiments and promotion, from the terminal.
+
+Like ``ragsvc review``, the CLI acts as the local operator (an admin) unless ``--key`` names an
+API key, which must have the admin role to write (reads need reviewer).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rag_service.cli.common import JsonFlag, app, emit_json, handle_errors, run_with_runtime, stderr, validated
+from rag_service.cli.review import LOCAL_OPERATOR, KeyOption
+from rag_service.domain import Caller, Role
+from rag_service.domain.prompts import (
+    GUIDELINES_NAME,
+    PRODUCTION,
+    ExperimentRequest,
+    NewVersionRequest,
+    PromptKind,
+)
+from rag_service.errors import ForbiddenError, InvalidInputError, UnauthorizedError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from rag_service.runtime import Runtime
+
+prompts_app = typer.Typer(help="Prompt versions and labels: list, show, diff, create, label, rollback, propose.",
+                          no_args_is_help=True)
+guidelines_app = typer.Typer(help="The router's guideline versions and labels: list, show, diff, create, label, "
+                                  "rollback.", no_args_is_help=True)
+experiments_app = typer.Typer(help="Experiments between two labels of a prompt: start, list, report, stop, promote.",
+                              no_args_is_help=True)
+app.add_typer(prompts_app, name="prompts")
+app.add_typer(guidelines_app, name="guidelines")
+app.add_typer(experiments_app, name="experiments")
+
+
+NameArg = Annotated[str, typer.Argument(help="The prompt's name, e.g. answer_extractive.")]
+
+
+def _run(key: str | None, needs: Role, work: Callable[[Runtime, Caller], Awaitable[Any]]) -> Any:
+    async def run(runtime: Runtime) -> Any:
+        caller = LOCAL_OPERATOR
+        if key is not None:
+            found = await runtime.keys.authenticate(key)
+            if found is None:
+                raise UnauthorizedError("the API key is unknown or revoked")
+            if not found.can(needs):
+                raise ForbiddenError(f"this is a {found.role} key; this command needs the {needs} role")
+            caller = found
+        result = await work(runtime, caller)
+        return result.model_dump(mode="json") if hasattr(result, "model_dump") else result
+
+    return run_with_runtime(run)
+
+
+def _dump(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if isinstance(value, list):
+        return [_dump(v) for v in value]
+    return value
+
+
+def _print_versions(versions: list[dict[str, Any]]) -> None:
+    table = Table()
+    for column in ("version", "labels", "source", "author", "parent", "created", "note"):
+        table.add_column(column)
+    for v in versions:
+        table.add_row(str(v["version"]), ", ".join(v["labels"]), v["source"], v["author"] or "",
+                      str(v["parent_version"] or ""), (v["created_at"] or "")[:19], (v["note"] or "")[:60])
+    Console().print(table)
+
+
+def _read_body(body_file: Path | None) -> str | None:
+    if body_file is None:
+        return None
+    try:
+        return body_file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read {body_file}: {exc}") from None
+
+
+def _register(typer_app: typer.Typer, kind: PromptKind) -> None:
+    """The commands prompts and guidelines share; guidelines have one name (router)."""
+    what = "prompt" if kind == "prompt" else "guidelines"
+
+    @typer_app.command("list")
+    @handle_errors
+    def list_(key: KeyOption = None, as_json: JsonFlag = False) -> None:
+        """Every versioned prompt (or the guidelines) with its labels."""
+        found = _run(key, "reviewer", lambda rt, _: _as_list(rt.prompt_repository.summaries(kind)))
+        if as_json:
+            emit_json({"data": found})
+            return
+        for s in found:
+            labels = ", ".join(f"{k}={v}" for k, v in sorted(s["labels"].items()))
+            typer.echo(f"{s['name']}: {s['versions']} versions, latest {s['latest_version']}; {labels}")
+
+    def versions_(name: str, limit: int, key: str | None, as_json: bool) -> None:
+        async def work(rt: Runtime, _: Caller) -> dict[str, Any]:
+            data, count = await rt.prompt_repository.versions(kind, name, limit=limit)
+            return {"data": _dump(data), "count": count}
+
+        found = _run(key, "reviewer", work)
+        if as_json:
+            emit_json(found)
+        else:
+            _print_versions(found["data"])
+
+    def show_(name: str, version: int | None, key: str | None, as_json: bool) -> None:
+        async def work(rt: Runtime, _: Caller) -> Any:
+            if version is None:
+                return await rt.prompt_repository.by_label(kind, name, PRODUCTION)
+            return await rt.prompt_repository.version(kind, name, version)
+
+        found = _run(key, "reviewer", work)
+        if as_json:
+            emit_json(found)
+            return
+        stderr.print(f"{found['name']} v{found['version']} ({found['source']}, labels: "
+                     f"{', '.join(found['labels']) or 'none'}); parameters {json.dumps(found['parameters'])}",
+                     highlight=False)
+        typer.echo(found["body"])
+
+    def diff_(name: str, old: int, new: int, key: str | None, as_json: bool) -> None:
+        found = _run(key, "reviewer", lambda rt, _: rt.prompts.diff(kind, name, old, new))
+        if as_json:
+            emit_json(found)
+            return
+        typer.echo(found["body_diff"] or "(bodies are identical)")
+        for parameter, (a, b) in found["parameters_changed"].items():
+            typer.echo(f"parameter {parameter}: {a!r} -> {b!r}")
+
+    def create_(name: str, body_file: Path | None, parameters: str | None, parent: int | None, note: str | None,
+                label: str | None, key: str | None, as_json: bool) -> None:
+        try:
+            params = json.loads(parameters) if parameters is not None else None
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"--parameters must be a JSON object: {exc}") from None
+        request = validated(lambda: NewVersionRequest(body=_read_body(body_file), parameters=params,
+                                                      parent_version=parent, note=note, label=label))
+        found = _run(key, "admin", lambda rt, caller: rt.prompts.create(caller, kind, name, request))
+        if as_json:
+            emit_json(found)
+        else:
+            stderr.print(f"created {what} {name} version {found['version']}"
+                         + (f" (label {label})" if label else ""), highlight=False)
+
+    def label_(name: str, label: str, version: int, reason: str | None, key: str | None, as_json: bool) -> None:
+        found = _run(key, "admin", lambda rt, caller: rt.prompts.move_label(caller, kind, name, label, version, reason))
+        if as_json:
+            emit_json(found)
+        else:
+            stderr.print(f"{name}: {label} {found['from_version']} -> {found['to_version']}", highlight=False)
+
+    def rollback_(name: str, label: str, reason: str | None, key: str | None, as_json: bool) -> None:
+        found = _run(key, "admin", lambda rt, caller: rt.prompts.rollback(caller, kind, name, label, reason))
+        if as_json:
+            emit_json(found)
+        else:
+            stderr.print(f"{name}: {label} rolled back {found['from_version']} -> {found['to_version']}",
+                         highlight=False)
+
+    def history_(name: str, label: str | None, key: str | None, as_json: bool) -> None:
+        found = _run(key, "reviewer", lambda rt, _: _as_list(rt.prompt_repository.moves(kind, name, label)))
+        if as_json:
+            emit_json({"data": found})
+            return
+        for m in found:
+            forced = " (forced)" if m["forced"] else ""
+            typer.echo(f"{m['created_at'][:19]} {m['label']}: {m['from_version']} -> {m['to_version']} by "
+                       f"{m['actor']}{forced}: {m['reason'] or ''}")
+
+    # Prompts take the name as an argument; guidelines have only one.
+    if kind == "prompt":
+        @typer_app.command("versions")
+        @handle_errors
+        def versions(name: NameArg, limit: Annotated[int, typer.Option(min=1, max=200)] = 20,
+                     key: KeyOption = None, as_json: JsonFlag = False) -> None:
+            """The prompt's versions, newest first, with their labels."""
+            versions_(name, limit, key, as_json)
+
+        @typer_app.command("show")
+        @handle_errors
+        def show(name: NameArg, version: Annotated[int | None, typer.Option(help="Default: production.")] = None,
+                 key: KeyOption = None, as_json: JsonFlag = False) -> None:
+            """A version's body (stdout) and parameters."""
+            show_(name, version, key, as_json)
+
+        @typer_app.command("diff")
+        @handle_errors
+        def diff(name: NameArg, old: Annotated[int, typer.Argument()], new: Annotated[int, typer.Argument()],
+                 key: KeyOption = None, as_json: JsonFlag = False) -> None:
+            """A unified diff of two versions' bodies, and their changed parameters."""
+            diff_(name, old, new, key, as_json)
+
+        @typer_app.command("create")
+        @handle_errors
+        def create(name: NameArg,
+                   body_file: Annotated[Path | None, typer.Option("--body-file", help="The template. Default: the "
+                                                                                        "parent's.")] = None,
+                   parameters: Annotated[str | None, typer.Option(help="JSON object. Default: the parent's.")] = None,
+                   parent: Annotated[int | None, typer.Option(help="Default: production.")] = None,
+                   note: Annotated[str | None, typer.Option()] = None,
+                   label: Annotated[str | None, typer.Option(help="Point this label at it, e.g. candidate.")] = None,
+                   key: KeyOption = None, as_json: JsonFlag = False) -> None:
+            """Create a version (immutable), optionally labelled."""
+            create_(name, body_file, parameters, parent, note, label, key, as_json)
+
+        @typer_app.command("label")
+        @handle_errors
+        def label(name: NameArg, label: Annotated[str, typer.Argument(help="e.g. production, candidate.")],
+                  version: Annotated[int, typer.Argument()],
+                  reason: Annotated[str | None, typer.Option()] = None,
+                  key: KeyOption = None, as_json: JsonFlag = False) -> None:
+            """Point a label at a version (recorded; every process sees it at once)."""
+            label_(name, label, version, reason, key, as_json)
+
+        @typer_app.command("rollback")
+        @handle_errors
+        def rollback(name: NameArg, label: Annotated[str, typer.Option()] = PRODUCTION,
+                     reason: Annotated[str | None, typer.Option()] = None,
+                     key: KeyOption = None, as_json: JsonFlag = False) -> None:
+            """Point the label back at the version it pointed at before its last move."""
+            rollback_(name, label, reason, key, as_json)
+
+        @typer_app.command("history")
+        @handle_errors
+        def history(name: NameArg, label: Annotated[str | None, typer.Option()] = None,
+                    key: KeyOption = None, as_json: JsonFlag = False) -> None:
+            """Every label move: when, who, from, to, why."""
+            history_(name, label, key, as_json)
+    else:
+        @typer_app.command("versions")
+        @handle_errors
+        def g_versions(limit: Annotated[int, typer.Option(min=1, max=200)] = 20, key: KeyOption = None,
+                       as_json: JsonFlag = False) -> None:
+            """The guidelines' versions, newest first, with their labels."""
+            versions_(GUIDELINES_NAME, limit, key, as_json)
+
+        @typer_app.command("show")
+        @handle_errors
+        def g_show(version: Annotated[int | None, typer.Option(help="Default: production.")] = None,
+                   key: KeyOption = None, as_json: JsonFlag = False) -> None:
+            """A version's guidelines (JSON on stdout)."""
+            show_(GUIDELINES_NAME, version, key, as_json)
+
+        @typer_app.command("diff")
+        @handle_errors
+        def g_diff(old: Annotated[int, typer.Argument()], new: Annotated[int, typer.Argument()],
+                   key: KeyOption = None, as_json: JsonFlag = False) -> None:
+            """A unified diff of two versions."""
+            diff_(GUIDELINES_NAME, old, new, key, as_json)
+
+        @typer_app.command("create")
+        @handle_errors
+        def g_create(body_file: Annotated[Path, typer.Option("--body-file", help="The guidelines as JSON.")],
+                     note: Annotated[str | None, typer.Option()] = None,
+                     label: Annotated[str | None, typer.Option(help="e.g. candidate or production.")] = None,
+                     key: KeyOption = None, as_json: JsonFlag = False) -> None:
+            """Create a guidelines version (validated as a whole), optionally labelled."""
+            create_(GUIDELINES_NAME, body_file, None, None, note, label, key, as_json)
+
+        @typer_app.command("label")
+        @handle_errors
+        def g_label(label: Annotated[str, typer.Argument()], version: Annotated[int, typer.Argument()],
+                    reason: Annotated[str | None, typer.Option()] = None,
+                    key: KeyOption = None, as_json: JsonFlag = False) -> None:
+            """Point a label at a version (production: the router uses it at once)."""
+            label_(GUIDELINES_NAME, label, version, reason, key, as_json)
+
+        @typer_app.command("rollback")
+        @handle_errors
+        def g_rollback(label: Annotated[str, typer.Option()] = PRODUCTION,
+                       reason: Annotated[str | None, typer.Option()] = None,
+                       key: KeyOption = None, as_json: JsonFlag = False) -> None:
+            """Point the label back at the version it pointed at before its last move."""
+            rollback_(GUIDELINES_NAME, label, reason, key, as_json)
+
+        @typer_app.command("history")
+        @handle_errors
+        def g_history(label: Annotated[str | None, typer.Option()] = None,
+                      key: KeyOption = None, as_json: JsonFlag = False) -> None:
+            """Every label move: when, who, from, to, why."""
+            history_(GUIDELINES_NAME, label, key, as_json)
+
+
+async def _as_list(awaitable: Awaitable[list[Any]]) -> list[Any]:
+    return _dump(await awaitable)
+
+
+_register(prompts_app, "prompt")
+_register(guidelines_app, "guidelines")
+
+
+@prompts_app.command("propose")
+@handle_errors
+def propose(name: Annotated[str, typer.Argument(help="The prompt, e.g. answer_cot.")],
+            last: Annotated[int, typer.Option(min=1, max=200, help="Recent approved/edited reviews to read.")] = 20,
+            rewrite: Annotated[bool, typer.Option(help="With an LLM configured, let it rewrite the template from "
+                                                       "the reviewers' feedback.")] = True,
+            key: KeyOption = None, as_json: JsonFlag = False) -> None:
+    """Build a candidate version (label candidate) from the last reviews of this prompt's answers."""
+    found = _run(key, "admin", lambda rt, caller: rt.learning.propose(caller, name, last=last, rewrite=rewrite))
+    if as_json:
+        emit_json(found)
+    else:
+        stderr.print(f"{name}: candidate version {found['version']} ({found['source']}; {found['note']}) from "
+                     f"{len(found['review_ids'])} reviews", highlight=False)
+
+
+# --- experiments ---------------------------------------------------------------------------------
+
+@experiments_app.command("start")
+@handle_errors
+def experiment_start(name: Annotated[str, typer.Argument(help="The prompt, e.g. answer_extractive.")],
+                     control: Annotated[str, typer.Option(help="The control label.")] = PRODUCTION,
+                     candidate: Annotated[str, typer.Option(help="The candidate label.")] = "candidate",
+                     share: Annotated[float, typer.Option(help="The candidate's share of traffic.")] = 0.5,
+                     alpha: Annotated[float, typer.Option(help="Error rate of the sequential test.")] = 0.05,
+                     note: Annotated[str | None, typer.Option()] = None,
+                     key: KeyOption = None, as_json: JsonFlag = False) -> None:
+    """Send a share of traffic to the candidate label's version (sticky per conversation or key)."""
+    request = validated(lambda: ExperimentRequest(name=name, control_label=control, candidate_label=candidate,
+                                                  share=share, alpha=alpha, note=note))
+    found = _run(key, "admin", lambda rt, caller: rt.prompts.start_experiment(caller, request))
+    if as_json:
+        emit_json(found)
+    else:
+        typer.echo(found["id"])
+        stderr.print(f"{name}: v{found['control_version']} ({control}) vs v{found['candidate_version']} "
+                     f"({candidate}), {share:.0%} to the candidate", highlight=False)
+
+
+@experiments_app.command("list")
+@handle_errors
+def experiment_list(name: Annotated[str | None, typer.Option()] = None, key: KeyOption = None,
+                    as_json: JsonFlag = False) -> None:
+    """Experiments, newest first."""
+
+    async def work(rt: Runtime, _: Caller) -> dict[str, Any]:
+        data, count = await rt.prompts.experiments.list(name)
+        return {"data": _dump(data), "count": count}
+
+    found = _run(key, "reviewer", work)
+    if as_json:
+        emit_json(found)
+        return
+    for e in found["data"]:
+        typer.echo(f"{e['id']} {e['name']} v{e['control_version']} vs v{e['candidate_version']} {e['status']}"
+                   + (f": {e['stop_reason']}" if e["stop_reason"] else ""))
+
+
+@experiments_app.command("report")
+@handle_errors
+def experiment_report(experiment_id: Annotated[uuid.UUID, typer.Argument()], key: KeyOption = None,
+                      as_json: JsonFlag = False) -> None:
+    """Per-variant statistics, the always-valid tests and the decision (applies the guardrail)."""
+    found = _run(key, "reviewer", lambda rt, _: rt.prompts.experiment_report(experiment_id))
+    if as_json:
+        emit_json(found)
+        return
+    console = Console()
+    table = Table(title=f"experiment {experiment_id} ({found['experiment']['status']})")
+    for column in ("variant", "version", "answers", "overall", "review rate", "approval", "p50 ms", "p95 ms"):
+        table.add_column(column)
+    for v in found["variants"]:
+        table.add_row(v["variant"], str(v["version"]), str(v["answers"]), _num(v["overall_mean"]),
+                      _num(v["review_rate"]), _num(v["approval_rate"]), _num(v["latency_ms_p50"], 0),
+                      _num(v["latency_ms_p95"], 0))
+    console.print(table)
+    tests = Table(title="always-valid tests (mixture SPRT)")
+    for column in ("metric", "difference", "confidence sequence", "p", "verdict"):
+        tests.add_column(column)
+    for c in found["comparisons"]:
+        tests.add_row(c["metric"], _num(c["difference"], 3), f"[{_num(c['lower'], 3)}, {_num(c['upper'], 3)}]",
+                      f"{c['p_value']:.4f}", c["verdict"])
+    console.print(tests)
+    console.print(f"decision: {found['decision']}: {found['decision_reason']}", highlight=False)
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+@experiments_app.command("stop")
+@handle_errors
+def experiment_stop(experiment_id: Annotated[uuid.UUID, typer.Argument()],
+                    reason: Annotated[str | None, typer.Option()] = None,
+                    key: KeyOption = None, as_json: JsonFlag = False) -> None:
+    """Stop an experiment; all traffic returns to the control label."""
+    found = _run(key, "admin", lambda rt, caller: rt.prompts.stop_experiment(caller, experiment_id, reason))
+    if as_json:
+        emit_json(found)
+    else:
+        stderr.print(f"stopped {experiment_id}", highlight=False)
+
+
+@experiments_app.command("promote")
+@handle_errors
+def experiment_promote(experiment_id: Annotated[uuid.UUID, typer.Argument()],
+                       force: Annotated[bool, typer.Option("--force", help="Promote although the candidate has not "
+                                                                           "won (recorded in the audit).")] = False,
+                       reason: Annotated[str | None, typer.Option()] = None,
+                       key: KeyOption = None, as_json: JsonFlag = False) -> None:
+    """Move production to the candidate's version when it has won (or with --force)."""
+
+    async def work(rt: Runtime, caller: Caller) -> dict[str, Any]:
+        move, report = await rt.prompts.promote(caller, experiment_id, force=force, reason=reason)
+        return {"move": _dump(move), "report": _dump(report)}
+
+    found = _run(key, "admin", work)
+    if as_json:
+        emit_json(found)
+    else:
+        move = found["move"]
+        stderr.print(f"{move['name']}: production {move['from_version']} -> {move['to_version']}"
+                     + (" (forced)" if move["forced"] else ""), highlight=False)
