@@ -27,6 +27,17 @@ from rag_service.web import console
 log = logging.getLogger(__name__)
 
 
+async def _guard_experiments(runtime: Runtime, every_s: float) -> None:
+    """Apply the experiments' guardrail periodically, so a worse candidate is stopped even when
+    nobody reads its report."""
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            await runtime.prompts.check_running()
+        except RagServiceError as exc:
+            log.warning("experiment guardrail check failed: %s", exc)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
 
@@ -39,6 +50,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         queue = make_queue(runtime.db.url)
         await queue.open_async()
         app.state.queue = queue
+        if settings.experiment_check_s > 0:
+            background.append(asyncio.create_task(_guard_experiments(runtime, settings.experiment_check_s)))
         if settings.runs_serve_worker:
             # One command is enough on the embedded defaults: jobs run inside the server.
             background.append(asyncio.create_task(run_worker(
