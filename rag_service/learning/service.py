@@ -97,7 +97,7 @@ class PromptService:
         label = experiment.candidate_label if variant == "candidate" else experiment.control_label
         version = await self.prompts.by_label("prompt", name, label)
         if version.version != number:  # the label moved during the experiment: use the pinned version
-            version = await self.prompts.version("prompt", name, number)
+            version = await self.prompts.pinned("prompt", name, number)
         return PromptChoice(version=version, experiment_id=experiment.id, variant=variant)
 
     # --- versions and labels ------------------------------------------------------------------------
@@ -217,24 +217,30 @@ class LearningReviews:
 
     async def decide(self, caller: Caller, review_id: uuid.UUID,
                      request: ReviewDecisionRequest) -> ReviewDecisionPublic:
-        decision = await self.reviews.decide(caller, review_id, request)
+        """Record the decision, then the candidates its corrections ask for. The corrections are
+        checked first, so a bad template or rule is a 422 before anything is stored."""
         item = await self.reviews.get(caller, review_id)
+        guidelines = None
+        if request.corrected_prompt and item.prompt_name:
+            check_body("prompt", item.prompt_name, request.corrected_prompt, {})
+        if request.corrected_routing:
+            _, current = await self.prompts.guidelines()
+            try:
+                guidelines = guideline_candidate(current, request.corrected_routing,
+                                                 query_type=item.intent.get("query_type"),
+                                                 matched=item.route.get("guideline"), review_id=str(review_id))
+            except (ValueError, ValidationError) as exc:
+                raise InvalidInputError(f"corrected_routing: {str(exc).splitlines()[0]}") from exc
+        decision = await self.reviews.decide(caller, review_id, request)
         update: dict[str, Any] = {}
         if request.corrected_prompt and item.prompt_name:
             version = await self.prompts.create(caller, "prompt", item.prompt_name, NewVersionRequest(
                 body=request.corrected_prompt, parent_version=item.prompt_version, label=CANDIDATE,
                 note=f"corrected prompt from review {review_id}"), source="review", review_ids=[review_id])
             update["candidate_prompt_version"] = version.version
-        if request.corrected_routing:
-            _, current = await self.prompts.guidelines()
-            try:
-                candidate = guideline_candidate(current, request.corrected_routing,
-                                                query_type=item.intent.get("query_type"),
-                                                matched=item.route.get("guideline"), review_id=str(review_id))
-            except (ValueError, ValidationError) as exc:
-                raise InvalidInputError(f"corrected_routing: {str(exc).splitlines()[0]}") from exc
+        if guidelines is not None:
             version = await self.prompts.create(caller, "guidelines", GUIDELINES_NAME, NewVersionRequest(
-                body=candidate.model_dump_json(indent=2, exclude_none=True), label=CANDIDATE,
+                body=guidelines.model_dump_json(indent=2, exclude_none=True), label=CANDIDATE,
                 note=f"routing correction from review {review_id}"), source="review", review_ids=[review_id])
             update["candidate_guidelines_version"] = version.version
         return decision.model_copy(update=update)

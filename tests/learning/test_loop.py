@@ -222,6 +222,10 @@ async def test_review_corrections_become_candidates_that_name_their_review(servi
     _, review_id = await seed_answer(db, prompt_name=EXTRACTIVE, prompt_version=1)
     assert review_id is not None
     await reviews.claim(ADMIN, review_id)
+    for bad in ({"corrected_prompt": "no sections"}, {"corrected_routing": {"guideline": "no-such-rule"}}):
+        with pytest.raises(InvalidInputError):
+            await loop.decide(ADMIN, review_id, ReviewDecisionRequest(decision="approved", category="other", **bad))
+    assert (await reviews.get(ADMIN, review_id)).decision is None  # refused before anything was stored
     decision = await loop.decide(ADMIN, review_id, ReviewDecisionRequest(
         decision="edited", category="routing", corrected_answer="Use the settings page [1].",
         corrected_prompt="[system]\nAnswer in one sentence.\n[user]\n{{ question }}",

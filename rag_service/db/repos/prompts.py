@@ -53,6 +53,7 @@ class PromptRepository:
         # (kind, name, label) -> (expires, version); ("experiment", name, "") -> (expires, Experiment | None)
         self._cache: dict[tuple[str, str, str], tuple[float, Any]] = {}
         self._listener: asyncio.Task[None] | None = None
+        self._versions: dict[tuple[str, str, int], PromptVersion] = {}  # immutable: kept (bounded)
         self.invalidations = 0  # notifications received (tests and logs read it)
 
     @property
@@ -158,6 +159,17 @@ class PromptRepository:
         if total == 0:
             raise NotFoundError(await self._unknown(kind, name))
         return [_version(r) for r in rows], total
+
+    async def pinned(self, kind: PromptKind, name: str, version: int) -> PromptVersion:
+        """A version for the query path, remembered: bodies and parameters never change (its
+        ``labels`` are as they were when first read)."""
+        key = (kind, name, version)
+        if key not in self._versions:
+            found = await self.version(kind, name, version)
+            if len(self._versions) < 1_000:
+                self._versions[key] = found
+            return found
+        return self._versions[key]
 
     async def version(self, kind: PromptKind, name: str, version: int) -> PromptVersion:
         async with self._db.connect() as conn:
