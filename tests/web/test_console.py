@@ -1,0 +1,416 @@
+"""The reviewer console at /review: sign-in and sessions, CSRF, roles (TestClient), the pure
+markup and chart helpers, and the whole review-to-promotion flow in a real browser (Debian's
+Chromium driven by Playwright against a uvicorn server on a real database)."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import numpy as np
+import psycopg
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+from psycopg.types.json import Jsonb
+from sqlalchemy import text
+
+from rag_service.api import create_app
+from rag_service.config import Settings
+from rag_service.db.engine import Database
+from rag_service.domain import Caller
+from rag_service.domain.prompts import NewVersionRequest
+from rag_service.web.charts import Series, histogram_svg
+from rag_service.web.markup import highlighted, linked_answer, spans
+from tests.conftest import REPO_ROOT, DatabaseFactory
+from tests.dbrun import run_on
+from tests.web.conftest import (
+    PASSAGE,
+    PROMPT,
+    QUESTION,
+    QUOTE,
+    console_settings,
+    create_key,
+    revoke_key,
+    seed_review_item,
+)
+
+CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+CHROMIUM = Path("/usr/bin/chromium")
+# Read at import: the autouse settings fixture clears RAGSVC_* from the environment for each test.
+ARTIFACTS = REPO_ROOT / os.environ.get("RAGSVC_TEST_ARTIFACTS", "test-artifacts") / "console"
+CORRECTED_PROMPT = "[system]\nAnswer briefly, quoting the passage.\n[user]\n{{ question }}"
+
+
+# --- pure helpers --------------------------------------------------------------------------------
+
+
+def test_answer_markers_link_to_the_passages_read() -> None:
+    html = linked_answer("See [1] and [3] <b>", passages={1})
+    assert '<a href="#chunk-1" class="cite" aria-label="citation 1">[1]</a>' in html
+    assert "[3]" in html and "#chunk-3" not in html  # no passage 3 was read: no dead link
+    assert "&lt;b&gt;" in html
+
+
+def test_cited_spans_are_marked_and_the_rest_escaped() -> None:
+    assert spans("abc abc", ["bc", "c a", "zz"]) == [(1, 3)]  # overlap dropped, missing quote ignored
+    html = highlighted("<p> Reset it. & more", ["Reset it."])
+    assert html == "&lt;p&gt; <mark>Reset it.</mark> &amp; more"
+    assert highlighted("nothing cited", ["elsewhere"]) == "nothing cited"
+
+
+def test_the_histogram_is_an_accessible_svg() -> None:
+    svg = histogram_svg([Series("control (v1)", [0] * 7 + [5, 10, 5]), Series("candidate <v2>", [0] * 8 + [10, 10])],
+                        title="Scores")
+    assert svg.startswith("<svg") and 'role="img"' in svg and '<title id="chart-title">Scores</title>' in svg
+    assert svg.count("<rect") == 2 * 10 + 2  # bars and legend swatches
+    assert "candidate &lt;v2&gt;" in svg and "<v2>" not in svg
+
+
+# --- sessions, CSRF and roles (TestClient) -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def keys(migrated_url: str) -> dict[str, str]:
+    return {role: create_key(migrated_url, role, f"console-{role}") for role in ("reader", "reviewer", "admin")}
+
+
+@pytest.fixture(scope="module")
+def client(migrated_url: str, console_data_dir: Path, keys: dict[str, str]) -> Iterator[TestClient]:
+    app = create_app(console_settings(migrated_url, console_data_dir))
+    with TestClient(app, follow_redirects=False) as test_client:
+        yield test_client
+
+
+def sign_in(client: TestClient, key: str) -> str:
+    """Sign in (dropping any earlier session cookie); returns the session's CSRF token."""
+    client.cookies.clear()
+    response = client.post("/review/login", data={"api_key": key})
+    assert response.status_code == 303 and response.headers["location"] == "/review", response.text
+    page = client.get("/review")
+    assert page.status_code == 200
+    match = CSRF.search(page.text)
+    assert match is not None
+    return match.group(1)
+
+
+def test_pages_without_a_session_go_to_sign_in(client: TestClient) -> None:
+    client.cookies.clear()
+    for path in ("/review", "/review/prompts", "/review/experiments", f"/review/items/{uuid.uuid4()}",
+                 f"/review/experiments/{uuid.uuid4()}"):
+        response = client.get(path)
+        assert (response.status_code, response.headers.get("location")) == (303, "/review/login"), path
+    response = client.post(f"/review/items/{uuid.uuid4()}/claim", data={"csrf_token": "x"})
+    assert (response.status_code, response.headers.get("location")) == (303, "/review/login")
+    client.cookies.set("ragsvc_console", "made-up", path="/review")
+    assert client.get("/review").status_code == 303
+    login = client.get("/review/login")
+    assert login.status_code == 200 and '<label for="api_key">' in login.text and 'lang="en"' in login.text
+
+
+def test_only_reviewer_and_admin_keys_sign_in(client: TestClient, keys: dict[str, str]) -> None:
+    client.cookies.clear()
+    refused = client.post("/review/login", data={"api_key": keys["reader"]})
+    assert refused.status_code == 403 and "reviewer or admin" in refused.text
+    assert "set-cookie" not in refused.headers
+    unknown = client.post("/review/login", data={"api_key": "rsk_" + "x" * 43})
+    assert unknown.status_code == 401 and "unknown or revoked" in unknown.text
+    accepted = client.post("/review/login", data={"api_key": keys["reviewer"]})
+    assert accepted.status_code == 303
+    cookie = accepted.headers["set-cookie"]
+    assert cookie.startswith("ragsvc_console=") and "HttpOnly" in cookie and "Path=/review" in cookie
+    assert "samesite=strict" in cookie.lower() and "Secure" not in cookie  # plain http here
+    assert keys["reviewer"] not in cookie  # the cookie is a session token, never the key
+
+
+def test_form_posts_need_the_sessions_csrf_token(client: TestClient, keys: dict[str, str]) -> None:
+    csrf = sign_in(client, keys["reviewer"])
+    for data in ({}, {"csrf_token": "wrong"}, {"csrf_token": csrf[:-1]}):
+        response = client.post("/review/logout", data=data)
+        assert response.status_code == 403 and "security token" in response.text, data
+    assert client.get("/review").status_code == 200  # still signed in
+    signed_out = client.post("/review/logout", data={"csrf_token": csrf})
+    assert (signed_out.status_code, signed_out.headers["location"]) == (303, "/review/login")
+    assert client.get("/review").status_code == 303
+
+
+def test_a_revoked_keys_session_stops_working(client: TestClient, migrated_url: str) -> None:
+    key = create_key(migrated_url, "reviewer", "soon-revoked")
+    sign_in(client, key)
+    assert client.get("/review/prompts").status_code == 200
+    revoke_key(migrated_url, key)
+    response = client.get("/review/prompts")
+    assert (response.status_code, response.headers["location"]) == (303, "/review/login")
+
+
+def test_expired_and_signed_out_sessions_are_gone(client: TestClient, keys: dict[str, str]) -> None:
+    csrf = sign_in(client, keys["reviewer"])
+    token = client.cookies.get("ragsvc_console")
+    assert client.post("/review/logout", data={"csrf_token": csrf}).status_code == 303
+    client.cookies.set("ragsvc_console", token, path="/review")  # the old cookie, kept by a careless browser
+    assert client.get("/review").status_code == 303
+
+    sign_in(client, keys["reviewer"])
+    client.portal.call(expire_sessions, client.app.state.runtime.db)
+    assert client.get("/review").status_code == 303
+
+
+async def expire_sessions(db: Database) -> None:
+    async with db.begin() as conn:
+        await conn.execute(text("UPDATE console_sessions SET expires_at = now() - interval '1 second'"))
+
+
+def test_the_queue_filters_and_pages(client: TestClient, keys: dict[str, str]) -> None:
+    for n in range(3):
+        client.portal.call(seed_review_item, client.app.state.runtime.db, f"Paged question {n}?", f"paging test {n}")
+    sign_in(client, keys["reviewer"])
+    first = client.get("/review?reason=PAGING+TEST&limit=2")  # the reason filter is a case-insensitive substring
+    assert first.status_code == 200 and first.text.count("Paged question") == 2 and "of 3" in first.text
+    assert "Previous page" not in first.text and "offset=2" in first.text
+    last = client.get("/review?reason=paging+test&limit=2&offset=2")
+    assert last.text.count("Paged question") == 1
+    assert "Previous page" in last.text and "offset=0" in last.text and "Next page" not in last.text
+    assert "No items match" in client.get("/review?reason=no-such-reason").text
+    assert "No items match" in client.get("/review?metric=freshness").text
+    assert client.get("/review?status=bogus").status_code == 422
+
+
+def test_a_reviewer_may_not_run_the_admin_actions(client: TestClient, keys: dict[str, str]) -> None:
+    csrf = sign_in(client, keys["reviewer"])
+    for path in (f"/review/experiments/{uuid.uuid4()}/promote", f"/review/experiments/{uuid.uuid4()}/stop",
+                 f"/review/prompts/{PROMPT}/rollback", "/review/experiments"):
+        response = client.post(path, data={"csrf_token": csrf, "name": PROMPT})
+        assert response.status_code == 403 and "only an admin" in response.text, path
+    page = client.get("/review/experiments")
+    assert page.status_code == 200 and "Start experiment" not in page.text
+    assert "Roll back production" not in client.get(f"/review/prompts?name={PROMPT}").text
+    assert client.get(f"/review/prompts?name={PROMPT}").status_code == 200
+
+
+def test_an_invalid_decision_comes_back_with_the_form(client: TestClient, keys: dict[str, str]) -> None:
+    review_id = client.portal.call(seed_review_item, client.app.state.runtime.db, "Where is the reset link sent?")
+    csrf = sign_in(client, keys["reviewer"])
+    page = client.get(f"/review/items/{review_id}")
+    assert page.status_code == 200
+    assert '<a href="#chunk-1" class="cite" aria-label="citation 1">[1]</a>' in page.text
+    assert f"<mark>{QUOTE}</mark>" in page.text and 'id="chunk-1"' in page.text
+    assert client.post(f"/review/items/{review_id}/claim", data={"csrf_token": csrf}).status_code == 303
+
+    form = {"csrf_token": csrf, "decision": "rejected", "category": "routing", "feedback": "kept when refused",
+            "corrected_routing": "{not json"}
+    response = client.post(f"/review/items/{review_id}/decision", data=form)
+    assert response.status_code == 422 and "not valid JSON" in response.text and "kept when refused" in response.text
+    response = client.post(f"/review/items/{review_id}/decision", data={
+        **form, "corrected_routing": "", "corrected_prompt": "[system]\n{% if %}"})
+    assert response.status_code == 422 and "corrected prompt" in response.text
+    response = client.post(f"/review/items/{review_id}/decision", data={**form, "corrected_routing": "",
+                                                                        "decision": "edited"})
+    assert response.status_code == 422 and "corrected_answer is required" in response.text
+    assert "Record decision" in client.get(f"/review/items/{review_id}").text  # nothing was recorded
+
+    done = client.post(f"/review/items/{review_id}/decision", data={**form, "corrected_routing": ""})
+    assert done.status_code == 303 and "done=1" in done.headers["location"]
+    assert "Decision recorded: rejected (routing)" in client.get(done.headers["location"]).text
+    assert client.get("/review/items/not-a-uuid").status_code == 422
+
+
+def test_an_admin_promotes_by_force_only_and_can_roll_back(client: TestClient, keys: dict[str, str]) -> None:
+    runtime = client.app.state.runtime
+    client.portal.call(runtime.prompts.create, Caller(role="admin"), "prompt", PROMPT,
+                       NewVersionRequest(body=CORRECTED_PROMPT, label="candidate", note="for the admin test"))
+    csrf = sign_in(client, keys["admin"])
+    form = {"csrf_token": csrf, "name": PROMPT, "control_label": "production", "candidate_label": "candidate",
+            "share": "0.5"}
+    started = client.post("/review/experiments", data=form)
+    assert started.status_code == 303, started.text
+    report = started.headers["location"].split("?")[0]
+    again = client.post("/review/experiments", data=form)
+    assert again.status_code == 409 and "already has a running experiment" in again.text
+    assert client.post("/review/experiments", data={**form, "share": "1.5"}).status_code == 422
+
+    refused = client.post(f"{report}/promote", data={"csrf_token": csrf})
+    assert refused.status_code == 409 and "the candidate has not won" in refused.text
+    assert 'name="force"' in refused.text
+    forced = client.post(f"{report}/promote", data={"csrf_token": csrf, "force": "1", "reason": "demo"})
+    assert forced.status_code == 303
+    prompts = client.get(f"/review/prompts?name={PROMPT}").text
+    assert "(forced)" in prompts and "demo" in prompts
+
+    rolled = client.post(f"/review/prompts/{PROMPT}/rollback", data={"csrf_token": csrf, "reason": "undo"})
+    assert rolled.status_code == 303
+    assert "Production was rolled back to version 1" in client.get(rolled.headers["location"]).text
+    assert client.portal.call(runtime.prompt_repository.labels, "prompt", PROMPT)["production"] == 1
+
+    sign_in(client, keys["reviewer"])  # reviewers read the report, without the admin's buttons
+    page = client.get(report)
+    assert page.status_code == 200 and "<svg" in page.text and "Roll back production" not in page.text
+    assert ">Promote</button>" not in page.text
+
+
+# --- the whole flow in a real browser ------------------------------------------------------------
+
+
+@contextmanager
+def serving(settings: Settings) -> Iterator[str]:
+    """The app under uvicorn in a thread, on a socket bound here (no race for a free port)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="console-server", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert thread.is_alive(), "the server exited while starting"
+            assert time.monotonic() < deadline, "the server did not answer /healthz within 60 s"
+            time.sleep(0.05)
+        yield base
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)
+        sock.close()
+
+
+def simulate_traffic(url: str, experiment_id: uuid.UUID, control: int, candidate: int, per_variant: int = 150) -> None:
+    """Answers given under the experiment, as the pipeline logs them (query, answer with variant
+    and latency, local grades; none queued for review): the candidate scores ~0.85, the control ~0.70."""
+    rng = np.random.default_rng(20261123)
+    start = datetime.now(UTC)
+    queries, answers, scores = [], [], []
+    for i in range(2 * per_variant):
+        variant, version, mean = ("candidate", candidate, 0.85) if i % 2 else ("control", control, 0.70)
+        overall = float(np.clip(rng.normal(mean, 0.08), 0, 1))
+        query_id, at = uuid.uuid4(), start + timedelta(seconds=i)
+        queries.append((query_id, f"simulated question {i}", at))
+        answers.append((uuid.uuid4(), query_id, f"simulated answer {i}", PROMPT, version, experiment_id, variant,
+                        Jsonb({"total": float(rng.gamma(4, 30))}), at))
+        metrics = {name: {"value": round(float(np.clip(overall + rng.normal(0, 0.03), 0, 1)), 4),
+                          "reason": "simulated", "scorer": "local-v1"} for name in ("faithfulness", "relevance")}
+        scores.append((query_id, Jsonb(metrics), overall))
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1)) as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO queries (id, collection, question, outcome, created_at) "
+                        "VALUES (%s, 'kb', %s, 'answered', %s)", queries)
+        cur.executemany("INSERT INTO answers (id, query_id, text, generator, prompt_name, prompt_version, "
+                        "experiment_id, variant, timings_ms, created_at) "
+                        "VALUES (%s, %s, %s, 'extractive', %s, %s, %s, %s, %s, %s)", answers)
+        cur.executemany("INSERT INTO answer_scores (query_id, scorer, metrics, overall, needs_review) "
+                        "VALUES (%s, 'local-v1', %s, %s, false)", scores)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed at /usr/bin/chromium "
+                                                  "(apt-get install chromium); the browser test needs it")
+def test_review_to_promotion_in_a_browser(databases: DatabaseFactory, console_data_dir: Path) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    expect = sync_api.expect
+    url = databases.create()
+    reviewer, admin = create_key(url, "reviewer", "browser-reviewer"), create_key(url, "admin", "browser-admin")
+    run_on(url, seed_review_item)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    problems: list[str] = []
+
+    with serving(console_settings(url, console_data_dir)) as base, sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run", "--disable-quic"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(15_000)
+            page.on("console", lambda m: problems.append(f"console {m.type}: {m.text} ({m.location})")
+                    if m.type == "error" else None)
+            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+            h1 = page.get_by_role("heading", level=1)
+            main = page.locator("main")
+
+            def sign_in_as(key: str) -> None:
+                page.goto(f"{base}/review")  # no session yet: redirected to sign in
+                expect(h1).to_have_text("Sign in to the review console")
+                page.get_by_label("API key").fill(key)
+                page.get_by_role("button", name="Sign in").click()
+                expect(h1).to_have_text("Review queue")
+
+            # 1. The reviewer signs in and sees the queue.
+            sign_in_as(reviewer)
+            expect(page.get_by_role("link", name=QUESTION)).to_be_visible()
+            page.screenshot(path=ARTIFACTS / "queue.png", full_page=True)
+
+            # 2. The top item: a citation leads to the marked span; claim it, then decide with corrections.
+            page.get_by_role("link", name=QUESTION).first.click()
+            expect(h1).to_have_text("Review item")
+            page.get_by_role("link", name="citation 1").click()
+            assert page.url.endswith("#chunk-1")
+            expect(page.locator("#chunk-1 mark")).to_have_text(QUOTE)
+            expect(page.locator("#chunk-1")).to_contain_text(PASSAGE.split(".")[0])
+            page.get_by_role("button", name="Claim").click()
+            expect(main).to_contain_text("You claimed this item")
+            page.screenshot(path=ARTIFACTS / "item.png", full_page=True)
+            page.get_by_label("edited", exact=True).check()
+            page.get_by_label("Category").select_option("answer_quality")
+            page.get_by_label("Feedback for the team").fill("Quote the passage and keep it short.")
+            page.get_by_label("Corrected answer").fill("Open Settings and choose Reset password [1].")
+            page.get_by_label("Corrected prompt").fill(CORRECTED_PROMPT)
+            page.get_by_role("button", name="Record decision").click()
+            expect(main).to_contain_text("Decision recorded: edited (answer_quality)")
+            expect(main).to_contain_text(f"candidate version 2 of {PROMPT}")
+
+            # 3. The admin sees the candidate version, made from the review.
+            page.get_by_role("button", name="Sign out").click()
+            expect(h1).to_have_text("Sign in to the review console")
+            sign_in_as(admin)
+            page.get_by_role("link", name="Prompts", exact=True).click()
+            page.get_by_role("link", name=PROMPT, exact=True).click()
+            version_2 = page.locator("#version-2")
+            expect(version_2).to_contain_text("candidate")
+            expect(version_2).to_contain_text("review")
+
+            # 4. An experiment: production against candidate, half the traffic each.
+            page.get_by_role("link", name="Experiments", exact=True).click()
+            page.get_by_label("Prompt", exact=True).select_option(PROMPT)
+            page.get_by_label("Control label").fill("production")
+            page.get_by_label("Candidate label").fill("candidate")
+            page.get_by_label("share of traffic").fill("0.5")
+            page.get_by_role("button", name="Start experiment").click()
+            expect(main).to_contain_text("Experiment started.")
+            experiment_id = uuid.UUID(page.url.split("/experiments/")[1].split("?")[0])
+            expect(page.locator("#decision")).to_contain_text("Undecided")
+
+            # 5. Traffic arrives; the report says the candidate wins; promote it.
+            simulate_traffic(url, experiment_id, control=1, candidate=2)
+            page.goto(f"{base}/review/experiments/{experiment_id}")
+            expect(page.locator("#decision")).to_contain_text("The candidate wins.")
+            chart = page.locator("svg[role=img]")
+            expect(chart).to_have_count(1)
+            expect(chart.locator("title").first).to_have_text(re.compile("Overall-score distribution"))
+            expect(chart.locator("rect")).to_have_count(2 * 10 + 2)
+            page.screenshot(path=ARTIFACTS / "experiment.png", full_page=True)
+            page.get_by_role("button", name="Promote").click()
+            expect(main).to_contain_text("The candidate was promoted")
+            expect(page.locator("#production")).to_contain_text("version 2")
+
+            page.get_by_role("link", name="versions and label audit").click()
+            expect(page.locator("#version-2")).to_contain_text("production")
+            audit = page.locator("tr", has_text="browser-admin").filter(has_text="production")
+            expect(audit).to_have_count(1)
+            expect(audit).to_contain_text(f"experiment {experiment_id}")
+        finally:
+            browser.close()
+
+    assert not problems, "\n".join(problems)
+    for name in ("queue.png", "item.png", "experiment.png"):
+        assert (ARTIFACTS / name).stat().st_size > 0, name
