@@ -87,6 +87,8 @@ def upgrade() -> None:
         sa.Column("reason", sa.Text),
         # promote --force: moved although the evidence did not say the candidate wins
         sa.Column("forced", sa.Boolean, nullable=False, server_default=sa.false()),
+        # a rollback undoes the last move not yet undone; two rollbacks walk back two moves
+        sa.Column("rollback", sa.Boolean, nullable=False, server_default=sa.false()),
         sa.Column("experiment_id", pg.UUID(as_uuid=True)),
         _created_at(),
     )
@@ -120,6 +122,9 @@ def upgrade() -> None:
 
     op.add_column("answers", sa.Column("experiment_id", pg.UUID(as_uuid=True)))
     op.add_column("answers", sa.Column("variant", sa.Text))  # control | candidate
+    # What the assignment was sticky to (conversation:..., key:..., query:...): the test treats one
+    # unit's answers as one cluster.
+    op.add_column("answers", sa.Column("experiment_unit", sa.Text))
     op.create_index("ix_answers_experiment", "answers", ["experiment_id", "created_at"])
 
     op.create_table(
@@ -198,6 +203,7 @@ def downgrade() -> None:
                "AND l.version = v.version WHERE v.kind = 'guidelines' AND l.label = 'production'")
     op.drop_table("console_sessions")
     op.drop_index("ix_answers_experiment", table_name="answers")
+    op.drop_column("answers", "experiment_unit")
     op.drop_column("answers", "variant")
     op.drop_column("answers", "experiment_id")
     op.drop_index("uq_experiments_running", table_name="experiments")

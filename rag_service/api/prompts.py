@@ -28,7 +28,6 @@ from rag_service.domain.prompts import (
     PromptSummary,
     PromptVersion,
     RollbackRequest,
-    check_label,
 )
 
 router = APIRouter(prefix="/v1")
@@ -36,7 +35,8 @@ experiments_router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
 
 _NOT_FOUND = {404: {"description": "No such prompt, version or label"}}
 NameParam = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[a-z0-9_]+$")]
-LabelParam = Annotated[str, Path(min_length=1, max_length=40)]
+LabelParam = Annotated[str, Path(min_length=1, max_length=40, pattern=r"^[a-z][a-z0-9_-]*$",
+                                  description="Lowercase letters, digits, '-' or '_', starting with a letter.")]
 
 
 class VersionsPage(BaseModel):
@@ -149,7 +149,6 @@ def _versioned(kind: PromptKind, prefix: str, fixed_name: str | None) -> None:
                 responses={**_NOT_FOUND, 409: {"description": "An experiment is running"}}, **role("admin"))
     async def move_label(label: LabelParam, body: MoveLabelRequest, runtime: RuntimeDep, caller: AdminDep,
                          name: NameDep) -> MovedLabel:
-        check_label(label)
         return MovedLabel(move=await runtime.prompts.move_label(caller, kind, name, label, body.version, body.reason))
 
     @router.post(f"{prefix}/rollback", response_model=MovedLabel, tags=[tag], summary="Roll a label back",
@@ -157,8 +156,7 @@ def _versioned(kind: PromptKind, prefix: str, fixed_name: str | None) -> None:
                              "last move, in one call; a running experiment on the prompt is stopped.",
                  responses={**_NOT_FOUND, 409: {"description": "Nothing to roll back to"}}, **role("admin"))
     async def rollback(body: RollbackRequest, runtime: RuntimeDep, caller: AdminDep, name: NameDep) -> MovedLabel:
-        return MovedLabel(move=await runtime.prompts.rollback(caller, kind, name, check_label(body.label),
-                                                              body.reason))
+        return MovedLabel(move=await runtime.prompts.rollback(caller, kind, name, body.label, body.reason))
 
 
 

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rag_service.cli.common import JsonFlag, app, emit_json, handle_errors, run_with_runtime, stderr, validated
-from rag_service.cli.review import LOCAL_OPERATOR, KeyOption
+from rag_service.cli.review import KeyOption, acting_as
 from rag_service.domain import Caller, Role
 from rag_service.domain.prompts import (
     GUIDELINES_NAME,
@@ -26,7 +26,7 @@ from rag_service.domain.prompts import (
     NewVersionRequest,
     PromptKind,
 )
-from rag_service.errors import ForbiddenError, InvalidInputError, UnauthorizedError
+from rag_service.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -49,15 +49,7 @@ NameArg = Annotated[str, typer.Argument(help="The prompt's name, e.g. answer_ext
 
 def _run(key: str | None, needs: Role, work: Callable[[Runtime, Caller], Awaitable[Any]]) -> Any:
     async def run(runtime: Runtime) -> Any:
-        caller = LOCAL_OPERATOR
-        if key is not None:
-            found = await runtime.keys.authenticate(key)
-            if found is None:
-                raise UnauthorizedError("the API key is unknown or revoked")
-            if not found.can(needs):
-                raise ForbiddenError(f"this is a {found.role} key; this command needs the {needs} role")
-            caller = found
-        result = await work(runtime, caller)
+        result = await work(runtime, await acting_as(runtime, key, needs))
         return result.model_dump(mode="json") if hasattr(result, "model_dump") else result
 
     return run_with_runtime(run)

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rag_service.cli.common import JsonFlag, app, emit_json, handle_errors, run_with_runtime, stderr, validated
-from rag_service.domain import Caller
+from rag_service.domain import Caller, Role
 from rag_service.domain.review import ReviewDecisionRequest, ReviewFilters
 from rag_service.errors import ForbiddenError, InvalidInputError, UnauthorizedError
 
@@ -40,19 +40,24 @@ KeyOption = Annotated[str | None, typer.Option(
     help="Act as this API key (reviewer or admin role) instead of the local operator.")]
 
 
+async def acting_as(runtime: Runtime, key: str | None, needs: Role) -> Caller:
+    """The caller a command acts as: the local operator, or the API key given, which must hold ``needs``."""
+    if key is None:
+        return LOCAL_OPERATOR
+    found = await runtime.keys.authenticate(key)
+    if found is None:
+        raise UnauthorizedError("the API key is unknown or revoked")
+    if not found.can(needs):
+        raise ForbiddenError(f"this is a {found.role} key; this command needs the {needs} role (or admin)")
+    return found
+
+
 def _run(key: str | None, work: Callable[[Any, Caller], Awaitable[BaseModel | None]], learning: bool = False) -> Any:
     """Run ``work`` as the caller ``key`` names (or the local operator); its model as JSON data.
     ``work`` gets the review service, or with ``learning`` the one that also makes candidates."""
 
     async def run(runtime: Runtime) -> Any:
-        caller = LOCAL_OPERATOR
-        if key is not None:
-            found = await runtime.keys.authenticate(key)
-            if found is None:
-                raise UnauthorizedError("the API key is unknown or revoked")
-            if not found.can("reviewer"):
-                raise ForbiddenError(f"this is a {found.role} key; reviewing needs the reviewer or admin role")
-            caller = found
+        caller = await acting_as(runtime, key, "reviewer")
         result = await work(runtime.learning if learning else runtime.reviews, caller)
         return None if result is None else result.model_dump(mode="json")
 

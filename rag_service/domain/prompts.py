@@ -71,6 +71,7 @@ class LabelMove(BaseModel):
     actor: str | None
     reason: str | None
     forced: bool = False
+    rollback: bool = Field(default=False, description="This move rolled the label back.")
     experiment_id: uuid.UUID | None = None
     created_at: datetime
 
@@ -122,6 +123,11 @@ class RollbackRequest(BaseModel):
 
     label: str = Field(default=PRODUCTION)
     reason: str | None = Field(default=None, max_length=2_000)
+
+    @field_validator("label")
+    @classmethod
+    def _label(cls, value: str) -> str:
+        return check_label(value)
 
 
 class PromptDiff(BaseModel):

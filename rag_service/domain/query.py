@@ -124,6 +124,7 @@ class AnswerLogEntry(BaseModel):
     prompt_version: int | None
     experiment_id: uuid.UUID | None = Field(default=None, description="The experiment that chose the prompt version.")
     variant: str | None = None
+    experiment_unit: str | None = Field(default=None, description="What the experiment's assignment stuck to.")
     timings: dict[str, float]
     context: list[dict[str, Any]] = Field(default_factory=list, description="[{n, chunk_id, score}] read.")
     held: bool = False

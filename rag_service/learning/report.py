@@ -1,14 +1,16 @@
 """An experiment's statistics and decision from its observations (pure).
 
-Two metrics decide, each with the always-valid test of ``sequential.py``: the overall score
-(higher is better) and the review rate (lower is better). Each is tested at alpha / 2
-(Bonferroni), so the chance that either gives a false verdict stays within alpha however often
-the report is read.
+Three metrics decide, each with the always-valid test of ``sequential.py`` on clusters (a
+conversation's or key's answers): the overall score of graded answers (higher is better), the
+review rate (lower is better) and the answered rate (higher is better: a candidate must not win by
+declining the hard questions, whose "does not answer" carries no grade). Each is tested at
+alpha / 3 (Bonferroni), so the chance that any gives a false verdict stays within alpha however
+often the report is read. Every answer the experiment assigned counts in its arm, fallbacks
+included (intention to treat).
 
-- **Guardrail:** the candidate is significantly worse on either: the experiment stops and all
-  traffic returns to the control.
-- **Win:** the candidate is significantly better on the overall score and not worse on the
-  review rate.
+- **Guardrail:** the candidate is significantly worse on any of them: the experiment stops and
+  all traffic returns to the control.
+- **Win:** the candidate is significantly better on the overall score and worse on neither other.
 - Otherwise undecided: keep collecting.
 """
 
@@ -21,11 +23,11 @@ import numpy as np
 
 from rag_service.db.repos.experiments import Observation
 from rag_service.domain.prompts import Experiment, ExperimentReport, MetricComparison, VariantStats
-from rag_service.learning.sequential import better, sequential_test, worse
+from rag_service.learning.sequential import better, clustered_test, worse
 
 BURN_IN = 20  # observations per variant before the test may decide
-# USD per 1,000 tokens is not known for an arbitrary OpenAI-compatible endpoint; extractive answers cost nothing.
-DECIDING = (("overall", True), ("review_rate", False))
+MIN_UNITS = 10  # ... from at least this many conversations or keys (cluster-robust variance needs them)
+DECIDING = (("overall", True), ("review_rate", False), ("answered_rate", True))
 
 
 def _value(observation: Observation, metric: str) -> float | None:
@@ -33,15 +35,19 @@ def _value(observation: Observation, metric: str) -> float | None:
         return observation.overall
     if metric == "review_rate":
         return 1.0 if observation.queued else 0.0
+    if metric == "answered_rate":
+        return 1.0 if observation.answered else 0.0
     return observation.metrics.get(metric)
 
 
 def compare(observations: Sequence[Observation], metric: str, higher_is_better: bool, *, alpha: float,
             tau: float) -> MetricComparison:
-    pairs = [(o.variant == "candidate", v) for o in observations if (v := _value(o, metric)) is not None]
-    is_candidate = np.array([p[0] for p in pairs], dtype=bool)
-    values = np.array([p[1] for p in pairs], dtype=float)
-    result = sequential_test(values, is_candidate, alpha=alpha, tau=tau, burn_in=BURN_IN)
+    rows = [(o.variant == "candidate", v, o.unit) for o in observations if (v := _value(o, metric)) is not None]
+    is_candidate = np.array([r[0] for r in rows], dtype=bool)
+    values = np.array([r[1] for r in rows], dtype=float)
+    # One conversation's or key's answers are alike and all in one arm: test them as clusters.
+    result = clustered_test(values, is_candidate, [r[2] for r in rows], alpha=alpha, tau=tau, burn_in=BURN_IN,
+                            min_units=MIN_UNITS)
     verdict: Literal["better", "worse", "undecided"] = (
         "better" if better(result, higher_is_better) else "worse" if worse(result, higher_is_better) else "undecided")
 
@@ -78,21 +84,22 @@ def variant_stats(observations: Sequence[Observation], variant: Literal["control
 
 
 def report(experiment: Experiment, observations: Sequence[Observation]) -> ExperimentReport:
-    alpha = experiment.alpha / len(DECIDING)  # Bonferroni over the two deciding metrics
+    alpha = experiment.alpha / len(DECIDING)  # Bonferroni over the deciding metrics
     comparisons = [compare(observations, metric, higher, alpha=alpha, tau=experiment.tau)
                    for metric, higher in DECIDING]
     for metric in sorted({m for o in observations for m in o.metrics}):
         comparisons.append(compare(observations, metric, True, alpha=alpha, tau=experiment.tau))
     overall, review_rate = comparisons[0], comparisons[1]
-    if overall.verdict == "worse" or review_rate.verdict == "worse":
-        bad = [c for c in (overall, review_rate) if c.verdict == "worse"]
+    deciding = comparisons[:len(DECIDING)]
+    if any(c.verdict == "worse" for c in deciding):
+        bad = [c for c in deciding if c.verdict == "worse"]
         decision: Literal["candidate_wins", "candidate_worse", "undecided"] = "candidate_worse"
         reason = "; ".join(f"{c.metric} worse: {c.candidate_mean} vs {c.control_mean} (always-valid p "
                            f"{c.p_value:.4f} <= {alpha:.4f})" for c in bad)
     elif overall.verdict == "better":
         decision = "candidate_wins"
         reason = (f"overall better: {overall.candidate_mean} vs {overall.control_mean} (always-valid p "
-                  f"{overall.p_value:.4f} <= {alpha:.4f}); review rate not worse")
+                  f"{overall.p_value:.4f} <= {alpha:.4f}); review and answered rates not worse")
     else:
         decision = "undecided"
         reason = (f"no significant difference yet on overall (p {overall.p_value:.4f}) or review rate "

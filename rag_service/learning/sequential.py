@@ -179,6 +179,64 @@ def sequential_test(values: ArrayLike, is_candidate: ArrayLike, *, alpha: float 
                             float((d - half).max()), float((d + half).min()), p_value <= alpha, alpha, tau)
 
 
+def clustered_test(values: ArrayLike, is_candidate: ArrayLike, units: ArrayLike, *, alpha: float = 0.05,
+                   tau: float = 0.05, burn_in: int = 20, min_units: int = 10, look_every: int = 10,
+                   variance_floor: float = 1e-4) -> SequentialResult:
+    """``sequential_test`` for observations that come in clusters: every observation of one
+    assignment unit (a conversation, an API key) is in one arm, and a unit's answers are alike
+    (the same user, the same kind of question), so they are not independent and the plain
+    variance s^2/n understates the uncertainty (an A/A simulation with 20 keys rejected 20% of
+    the time at alpha 0.025). V per arm is instead the cluster-robust (sandwich) variance of the
+    mean with the small-sample factor G/(G-1) (Liang & Zeger 1986; Cameron & Miller 2015, "A
+    practitioner's guide to cluster-robust inference", J. Human Resources 50(2)):
+        V_arm = G/(G-1) * sum_g (sum_{i in g} (x_i - mean))^2 / n^2,
+    plugged into the same mixture likelihood ratio. Looks are taken every ``look_every`` arrivals
+    (and at the last), each once both arms hold ``burn_in`` observations from ``min_units`` units;
+    the p-value is the minimum over them, as before (any subset of looks keeps the guarantee).
+    """
+    _check_parameters(alpha, tau, burn_in, variance_floor)
+    if min_units < 2 or look_every < 1:
+        raise ValueError(f"min_units must be >= 2 and look_every >= 1; got {min_units} and {look_every}")
+    x = np.asarray(values, dtype=np.float64)
+    arm = np.asarray(is_candidate, dtype=np.bool_)
+    _, codes = np.unique(np.asarray(units, dtype=object).astype(str), return_inverse=True)
+    if x.ndim != 1 or arm.shape != x.shape or codes.shape != x.shape:
+        raise ValueError("values, is_candidate and units must be 1-D and equally long")
+    if not np.isfinite(x).all():
+        raise ValueError("values must be finite numbers")
+    n = x.size
+    plain = sequential_test(x, arm, alpha=alpha, tau=tau, burn_in=2, variance_floor=variance_floor) if n else None
+    log_lambdas, lowers, uppers = [], [], []
+    for t in sorted({*range(look_every, n + 1, look_every), n} - {0}):
+        stats = []
+        for mask in (~arm[:t], arm[:t]):
+            xs, gs = x[:t][mask], codes[:t][mask]
+            groups = np.unique(gs).size
+            if xs.size < burn_in or groups < min_units:
+                break
+            mean = xs.mean()
+            cluster_sums = np.bincount(gs, weights=xs - mean)
+            var_mean = groups / (groups - 1) * float((cluster_sums ** 2).sum()) / xs.size ** 2
+            stats.append((mean, max(var_mean, variance_floor / xs.size)))
+        if len(stats) < 2:
+            continue
+        (mean_a, v_a), (mean_c, v_c) = stats
+        d, v = mean_c - mean_a, v_a + v_c
+        tau2 = tau * tau
+        log_lambdas.append(-0.5 * math.log1p(tau2 / v) + d * d * tau2 / (2.0 * v * (v + tau2)))
+        half = float(_half_width(np.array([v]), alpha=alpha, tau=tau)[0])
+        lowers.append(d - half)
+        uppers.append(d + half)
+    n_control = int((~arm).sum())
+    n_candidate = int(arm.sum())
+    means = (plain.mean_control, plain.mean_candidate, plain.difference) if plain else (None, None, None)
+    if not log_lambdas:
+        return SequentialResult(n_control, n_candidate, *means, 1.0, -math.inf, math.inf, False, alpha, tau)
+    p_value = float(_p_value(max(log_lambdas)))
+    return SequentialResult(n_control, n_candidate, *means, p_value, max(lowers), min(uppers), p_value <= alpha,
+                            alpha, tau)
+
+
 def worse(result: SequentialResult, higher_is_better: bool = True) -> bool:
     """Significant, and the whole confidence sequence lies on the bad side of zero."""
     if not result.significant or result.lower > result.upper:

@@ -33,7 +33,7 @@ from rag_service.domain.prompts import (
     check_label,
 )
 from rag_service.domain.review import ReviewDecisionPublic, ReviewDecisionRequest
-from rag_service.errors import ConflictError, InvalidInputError, NotFoundError
+from rag_service.errors import ConflictError, InvalidInputError, NotFoundError, RagServiceError
 from rag_service.learning.assignment import assign
 from rag_service.learning.candidates import (
     ReviewedExample,
@@ -49,16 +49,46 @@ from rag_service.review.service import ReviewService
 
 log = logging.getLogger(__name__)
 
-# What a version's parameters may hold, by prompt; unknown keys are refused so a typo is not
-# silently ignored. LLM prompts share theirs.
-_LLM_PARAMETERS = {"temperature": (int, float), "tier": str, "max_tokens": int}
-PARAMETERS: dict[str, dict[str, Any]] = {
-    "answer_extractive": {"max_sentences": int, "support_ratio": (int, float), "abstain_below": (int, float)},
-}
+_TIERS = ("simple", "moderate", "complex")
+# The prompts whose versions answer queries (the generators'); the judge and the optimizer have no traffic to split.
+EXPERIMENTABLE = frozenset({"answer_cot", "answer_extractive"})
+
+
+def _label(label: str) -> str:
+    try:
+        return check_label(label)
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from None
 
 
 def actor(caller: Caller) -> str:
     return caller.label
+
+
+def check_parameters(name: str, parameters: dict[str, Any]) -> None:
+    """Raise InvalidInputError naming the parameter to fix: a version's parameters are read on
+    every answer, so a bad one must be refused here, not fail queries later."""
+    if name == "answer_extractive":
+        known = {"max_sentences", "support_ratio", "abstain_below"}
+    else:
+        known = {"temperature", "tier", "max_tokens"}
+    for key, value in parameters.items():
+        if key not in known:
+            raise InvalidInputError(f"parameter {key!r} is not used by {name!r}; known: {sorted(known)}")
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        problem = None
+        if key == "max_sentences" and not (isinstance(value, int) and numeric and 1 <= value <= 10):
+            problem = "an integer from 1 to 10"
+        elif key in ("support_ratio", "abstain_below") and not (numeric and 0 <= value <= 1):
+            problem = "a number from 0 to 1"
+        elif key == "temperature" and not (numeric and 0 <= value <= 2):
+            problem = "a number from 0 to 2"
+        elif key == "max_tokens" and not (isinstance(value, int) and numeric and 16 <= value <= 16_384):
+            problem = "an integer from 16 to 16384"
+        elif key == "tier" and value not in _TIERS:
+            problem = f"one of {list(_TIERS)}"
+        if problem:
+            raise InvalidInputError(f"parameter {key!r} must be {problem}, not {value!r}")
 
 
 def check_body(kind: PromptKind, name: str, body: str, parameters: dict[str, Any]) -> None:
@@ -67,16 +97,14 @@ def check_body(kind: PromptKind, name: str, body: str, parameters: dict[str, Any
         if kind == "guidelines":
             GuidelineSet.model_validate_json(body)
         else:
-            validate_template(body)
+            validate_template(body, name)
     except (ValueError, ValidationError) as exc:
         what = "guidelines JSON" if kind == "guidelines" else "template"
         raise InvalidInputError(f"the new version's {what} is invalid: {str(exc).splitlines()[0]}") from exc
-    allowed = PARAMETERS.get(name, _LLM_PARAMETERS) if kind == "prompt" else {}
-    for key, value in parameters.items():
-        if key not in allowed:
-            raise InvalidInputError(f"parameter {key!r} is not used by {name!r}; known: {sorted(allowed)}")
-        if isinstance(value, bool) or not isinstance(value, allowed[key]):
-            raise InvalidInputError(f"parameter {key!r} has the wrong type ({type(value).__name__})")
+    if kind == "prompt":
+        check_parameters(name, parameters)
+    elif parameters:
+        raise InvalidInputError("guidelines versions take no parameters")
 
 
 class PromptService:
@@ -114,27 +142,38 @@ class PromptService:
         merged = {**parent.parameters, **(request.parameters or {})}
         parameters = {k: v for k, v in merged.items() if v is not None}
         check_body(kind, name, body, parameters)
+        if request.label == PRODUCTION:
+            await self._no_experiment(kind, name)
         return await self.prompts.create(kind, name, body=body, parameters=parameters, author=actor(caller),
                                          source=source, note=request.note, parent_version=parent.version,
                                          review_ids=review_ids, label=request.label)
 
     async def move_label(self, caller: Caller, kind: PromptKind, name: str, label: str, version: int,
                          reason: str | None) -> LabelMove:
-        check_label(label)
-        if kind == "prompt" and label in (PRODUCTION,):
-            running = await self.prompts.running_experiment(name)
-            if running is not None:
-                raise ConflictError(f"an experiment ({running.id}) is running on {name!r}: promote or stop it "
-                                    "instead of moving production by hand", fields={"experiment_id": str(running.id)})
+        _label(label)
+        if label == PRODUCTION:
+            await self._no_experiment(kind, name)
         return await self.prompts.move_label(kind, name, label, version, actor=actor(caller), reason=reason)
+
+    async def _no_experiment(self, kind: PromptKind, name: str) -> None:
+        """While an experiment runs on a prompt, production moves only by promote or rollback."""
+        running = await self.prompts.running_experiment(name) if kind == "prompt" else None
+        if running is not None:
+            raise ConflictError(f"an experiment ({running.id}) is running on {name!r}: promote or stop it "
+                                "instead of moving production by hand", fields={"experiment_id": str(running.id)})
 
     async def rollback(self, caller: Caller, kind: PromptKind, name: str, label: str = PRODUCTION,
                        reason: str | None = None) -> LabelMove:
-        if kind == "prompt" and label == PRODUCTION:
-            running = await self.prompts.running_experiment(name)
-            if running is not None:  # a rollback is an emergency: traffic goes back to control too
-                await self.experiments.end(running.id, "stopped", "rollback of production")
-        return await self.prompts.rollback(kind, name, label, actor=actor(caller), reason=reason)
+        """The label back where it was before its last move not yet rolled back. A running
+        experiment on the prompt is stopped after the move (a rollback is an emergency: all
+        traffic goes back to production)."""
+        _label(label)
+        move = await self.prompts.rollback(kind, name, label, actor=actor(caller), reason=reason)
+        running = await self.prompts.running_experiment(name) if kind == "prompt" and label == PRODUCTION else None
+        if running is not None:
+            await self.experiments.end(running.id, "stopped", f"rollback of production by {actor(caller)}")
+            self.prompts.forget(kind, name)
+        return move
 
     async def diff(self, kind: PromptKind, name: str, old: int, new: int) -> PromptDiff:
         a, b = await self.prompts.version(kind, name, old), await self.prompts.version(kind, name, new)
@@ -149,6 +188,9 @@ class PromptService:
     # --- experiments ----------------------------------------------------------------------------------
 
     async def start_experiment(self, caller: Caller, request: ExperimentRequest) -> Experiment:
+        if request.name not in EXPERIMENTABLE:
+            raise InvalidInputError(f"experiments split answer traffic, so they run on the answer prompts "
+                                    f"{sorted(EXPERIMENTABLE)}, not {request.name!r}")
         if request.control_label == request.candidate_label:
             raise InvalidInputError("control_label and candidate_label must differ")
         control = await self.prompts.by_label("prompt", request.name, request.control_label)
@@ -156,7 +198,9 @@ class PromptService:
         if control.version == candidate.version:
             raise InvalidInputError(f"labels {request.control_label!r} and {request.candidate_label!r} both point "
                                     f"at version {control.version}: nothing to compare")
-        return await self.experiments.start(request, control.version, candidate.version, actor(caller))
+        started = await self.experiments.start(request, control.version, candidate.version, actor(caller))
+        self.prompts.forget("prompt", request.name)  # this process sees it at once; others by NOTIFY
+        return started
 
     async def experiment_report(self, experiment_id: uuid.UUID, *, enforce: bool = True) -> ExperimentReport:
         """Statistics and the decision so far. With ``enforce``, a running experiment whose candidate
@@ -166,17 +210,25 @@ class PromptService:
         result = report(experiment, await self.experiments.observations(experiment_id))
         if enforce and experiment.status == "running" and result.decision == "candidate_worse":
             stopped = await self.experiments.end(experiment_id, "stopped", f"guardrail: {result.decision_reason}")
+            self.prompts.forget("prompt", experiment.name)
             log.warning("experiment %s stopped by the guardrail: %s", experiment_id, result.decision_reason)
             result = result.model_copy(update={"experiment": stopped})
         return result
 
     async def check_running(self) -> list[ExperimentReport]:
         """Apply the guardrail to every running experiment (the server runs this periodically)."""
-        running, _ = await self.experiments.list(limit=1000)
-        return [await self.experiment_report(e.id) for e in running if e.status == "running"]
+        reports = []
+        for experiment in await self.experiments.running():
+            try:
+                reports.append(await self.experiment_report(experiment.id))
+            except RagServiceError as exc:  # e.g. another process ended it meanwhile: check the others
+                log.warning("guardrail check of experiment %s failed: %s", experiment.id, exc)
+        return reports
 
     async def stop_experiment(self, caller: Caller, experiment_id: uuid.UUID, reason: str | None) -> Experiment:
-        return await self.experiments.end(experiment_id, "stopped", reason or f"stopped by {actor(caller)}")
+        stopped = await self.experiments.end(experiment_id, "stopped", reason or f"stopped by {actor(caller)}")
+        self.prompts.forget("prompt", stopped.name)
+        return stopped
 
     async def promote(self, caller: Caller, experiment_id: uuid.UUID, *, force: bool = False,
                       reason: str | None = None) -> tuple[LabelMove, ExperimentReport]:
@@ -191,17 +243,18 @@ class PromptService:
         if result.decision != "candidate_wins" and not force:
             raise ConflictError(f"the candidate has not won: {result.decision_reason}. Collect more traffic, or "
                                 "promote with force (recorded)", fields={"decision": result.decision})
-        production = await self.prompts.by_label("prompt", experiment.name, PRODUCTION)
         why = reason or (f"experiment {experiment_id}: {result.decision_reason}" if not force
                          else f"forced by {actor(caller)} ({result.decision}: {result.decision_reason})")
         move = await self.prompts.move_label("prompt", experiment.name, PRODUCTION, experiment.candidate_version,
                                              actor=actor(caller), reason=why, forced=force and
                                              result.decision != "candidate_wins", experiment_id=experiment_id,
-                                             expected_from=production.version)
-        if experiment.status == "running":
-            await self.experiments.end(experiment_id, "promoted", why)
-        else:
-            await self.experiments.mark(experiment_id, "promoted", why)
+                                             # The evidence compares the candidate with the control
+                                             # version: production must still be it (checked under
+                                             # the label's row lock; 409 otherwise).
+                                             expected_from=experiment.control_version)
+        # After the move (which may refuse): marking works whether or not it still runs.
+        await self.experiments.mark(experiment_id, "promoted", why)
+        self.prompts.forget("prompt", experiment.name)
         return move, await self.experiment_report(experiment_id, enforce=False)
 
 
@@ -260,7 +313,7 @@ class LearningReviews:
         if rewrite and self._rewrite is not None and feedback:
             try:
                 rewritten = await self._rewrite(body, feedback)
-                validate_template(rewritten)
+                validate_template(rewritten, name)
                 body, source, note = rewritten, "optimizer", note + f", rewritten by the LLM from {len(feedback)} " \
                                                                    "feedback texts"
             except Exception as exc:  # the examples-only candidate is still useful

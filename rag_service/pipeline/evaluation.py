@@ -28,7 +28,7 @@ from rag_service.domain import (
     MetricScore,
 )
 from rag_service.pipeline.intent import IntentParser
-from rag_service.prompts.registry import Prompt
+from rag_service.prompts.registry import Prompt, PromptRegistry
 from rag_service.review.gate import GatePolicy, gate
 from rag_service.scoring.evidence import ScoringInput
 from rag_service.scoring.freshness import DEFAULT_HALF_LIFE_DAYS
@@ -132,8 +132,14 @@ def llm_grader(model: ChatModel | None, prompt: Prompt | Callable[[], Awaitable[
         return None
 
     async def grade(inp: ScoringInput, local: Sequence[MetricScore]) -> tuple[list[MetricScore], list[str]]:
-        template = prompt if isinstance(prompt, Prompt) else await prompt()
-        messages = template.render(**judge_variables(inp)) if model is not None else None
+        messages = None
+        if model is not None:
+            template = prompt if isinstance(prompt, Prompt) else await prompt()
+            try:
+                messages = template.render(**judge_variables(inp))
+            except Exception as exc:  # a stored version that fails to render must not cost the grade
+                log.warning("judge prompt v%s failed to render (%s); using the shipped template", template.version, exc)
+                messages = PromptRegistry().get(template.name).render(**judge_variables(inp))
         grades = await llm_grade(inp, model=model, messages=messages, ragas_config=ragas, embed=embed,
                                  budget_s=budget_s)
         return grades.combined(local), grades.notes

@@ -331,9 +331,11 @@ class QueryPipeline:
             # The result is complete here, so persistence (next) stores what the caller gets.
             fill_answer(result, answer)
             chosen = experiment[0] if experiment else None
-            if chosen is not None and result.prompt is not None and answer.prompt_version == chosen.version.version \
-                    and answer.prompt_name == chosen.version.name:  # not a fallback's answer
-                result.prompt.update(experiment_id=str(chosen.experiment_id), variant=chosen.variant)
+            if chosen is not None:
+                # Every answer the experiment assigned counts in its arm, a fallback's too (intention
+                # to treat): a candidate whose LLM replies fail must not look as good as its successes.
+                result.prompt = {**(result.prompt or {}), "experiment_id": str(chosen.experiment_id),
+                                 "variant": chosen.variant, "unit": unit}
             result.retrieval = retrieval_summary(parts, retrievals())
             if not holds:
                 for citation in answer.citations:

@@ -98,13 +98,15 @@ def log_entry(request: QueryRequest, masked_question: str, result: QueryResult, 
     review item."""
     answer = None
     verdict = graded.verdict if graded is not None else None
-    if result.answer is not None and result.outcome == "answered":
+    # A "does not answer" is stored too: it is what the caller got, and an experiment must count it.
+    if result.answer is not None and result.outcome in ("answered", "no_answer"):
         answer = AnswerLogEntry(
             text=mask_pii(result.answer), short=result.short_answer,
             citations=[c.model_dump(mode="json") for c in result.citations], confidence=result.confidence,
             generator=result.generator or "none", model=result.model,
             prompt_name=(result.prompt or {}).get("name"), prompt_version=(result.prompt or {}).get("version"),
             experiment_id=(result.prompt or {}).get("experiment_id"), variant=(result.prompt or {}).get("variant"),
+            experiment_unit=(result.prompt or {}).get("unit"),
             timings=timings, context=context or [], held=bool(verdict and verdict.hold and verdict.needs_review),
         )
     return QueryLogEntry(

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from jinja2 import Environment, StrictUndefined, TemplateSyntaxError
+from jinja2 import StrictUndefined, TemplateSyntaxError, meta
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from rag_service.errors import ConfigError, NotFoundError
 
@@ -28,8 +29,23 @@ SHIPPED_PARAMETERS: dict[str, dict[str, Any]] = {
     "judge_cot": {"temperature": 0.0},
     "answer_extractive": {"max_sentences": 3, "support_ratio": 0.6},
 }
-_ENV = Environment(undefined=StrictUndefined, autoescape=False, trim_blocks=True, lstrip_blocks=True,
-                   keep_trailing_newline=False)
+# The variables each prompt is rendered with, and those its template must use: a new version may
+# use no others (StrictUndefined would fail every answer at render time) and must keep these.
+TEMPLATE_VARIABLES: dict[str, frozenset[str]] = {
+    "answer_cot": frozenset({"passages", "question", "sub_questions", "injection_flagged"}),
+    "judge_cot": frozenset({"question", "sub_questions", "contexts", "answer", "reference"}),
+    "answer_extractive": frozenset({"question"}),
+    "prompt_optimizer": frozenset({"template", "feedback"}),
+}
+REQUIRED_VARIABLES: dict[str, frozenset[str]] = {
+    "answer_cot": frozenset({"passages", "question"}),
+    "judge_cot": frozenset({"question", "contexts", "answer"}),
+    "prompt_optimizer": frozenset({"template", "feedback"}),
+}
+# Versions are written by admins, reviewers' corrections and an LLM optimizer: render them in
+# Jinja2's sandbox, so a template can format data but never reach Python objects or the process.
+_ENV = ImmutableSandboxedEnvironment(undefined=StrictUndefined, autoescape=False, trim_blocks=True,
+                                     lstrip_blocks=True, keep_trailing_newline=False)
 
 
 @dataclass(frozen=True)
@@ -63,9 +79,8 @@ class PromptRegistry:
             source = entry.read_text(encoding="utf-8")
             prompt = Prompt(m["name"], int(m["version"]), source)
             try:
-                for _, section in prompt.sections():
-                    _ENV.parse(section)
-            except TemplateSyntaxError as exc:
+                validate_template(source, m["name"])
+            except ValueError as exc:
                 raise ConfigError(f"prompt template {entry.name} is invalid: {exc}") from exc
             self._prompts.setdefault(m["name"], {})[prompt.version] = prompt
 
@@ -91,16 +106,26 @@ class PromptRegistry:
         return dict(SHIPPED_PARAMETERS.get(name, {}))
 
 
-def validate_template(source: str) -> None:
-    """Raise ValueError saying what to fix when ``source`` is not a usable prompt template:
-    sections ``[system]``/``[user]`` and valid Jinja2 in each."""
-    prompt = Prompt("candidate", 0, source)
+def validate_template(source: str, name: str | None = None) -> None:
+    """Raise ValueError saying what to fix when ``source`` is not a usable template for prompt
+    ``name``: sections ``[system]``/``[user]``, valid Jinja2 in each, only the variables that
+    prompt is rendered with, and those it needs."""
+    prompt = Prompt(name or "candidate", 0, source)
     try:
         sections = prompt.sections()
     except ConfigError as exc:
         raise ValueError("a prompt template needs at least one section line such as [system] or [user]") from exc
+    used: set[str] = set()
     for role, section in sections:
         try:
-            _ENV.parse(section)
+            used |= meta.find_undeclared_variables(_ENV.parse(section))
         except TemplateSyntaxError as exc:
             raise ValueError(f"the [{role}] section is not valid Jinja2 (line {exc.lineno}): {exc.message}") from exc
+    if name in TEMPLATE_VARIABLES:
+        unknown = used - TEMPLATE_VARIABLES[name]
+        if unknown:
+            raise ValueError(f"the template uses variables {sorted(unknown)} that {name} is not rendered with; "
+                             f"available: {sorted(TEMPLATE_VARIABLES[name])}")
+        missing = REQUIRED_VARIABLES.get(name, frozenset()) - used
+        if missing:
+            raise ValueError(f"the template must use {sorted(missing)} ({name} would not see its input otherwise)")

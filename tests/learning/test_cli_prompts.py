@@ -42,7 +42,8 @@ def test_versions_labels_and_an_experiment_from_the_terminal(ragsvc, tmp_path: P
     names = {p["name"] for p in json.loads(ragsvc("prompts", "list", "--json"))["data"]}
     assert {"answer_cot", "answer_extractive", "judge_cot", "prompt_optimizer"} <= names
     template = tmp_path / "better.j2"
-    template.write_text("[system]\nAnswer in one short paragraph, citing [n].\n[user]\n{{ question }}\n")
+    template.write_text("[system]\nAnswer in one short paragraph, citing [n].\n[user]\n"
+                        "{% for p in passages %}[{{ loop.index }}] {{ p.text }}\n{% endfor %}{{ question }}\n")
     created = json.loads(ragsvc("prompts", "create", "answer_cot", "--body-file", str(template), "--label",
                                 "candidate", "--note", "shorter", "--json"))
     assert (created["version"], created["labels"], created["source"]) == (2, ["candidate"], "manual")
@@ -79,7 +80,8 @@ def test_a_corrected_prompt_from_review_decide_becomes_a_candidate(ragsvc, db_ru
     _, review_id = seed(db_run, collection="cli-loop", prompt_name="judge_cot", prompt_version=1)
     ragsvc("review", "claim", str(review_id))
     prompt = tmp_path / "judge.j2"
-    prompt.write_text("[system]\nGrade strictly.\n[user]\n{{ question }}\n")
+    prompt.write_text("[system]\nGrade strictly.\n[user]\n{{ question }}\n{% for c in contexts %}{{ c.text }}\n"
+                      "{% endfor %}{{ answer }}\n")
     assert "must be JSON" in ragsvc("review", "decide", str(review_id), "--decision", "approved", "--category",
                                     "routing", "--corrected-routing", "{oops", code=2)
     decided = json.loads(ragsvc("review", "decide", str(review_id), "--decision", "approved", "--category",

@@ -80,7 +80,7 @@ async def test_versions_are_immutable_and_every_label_move_is_audited(service: P
     assert (await service.prompts.by_label("prompt", EXTRACTIVE, "production")).version == 1
     audit = [(m.label, m.from_version, m.to_version) for m in await service.prompts.moves("prompt", EXTRACTIVE)]
     assert audit == [("production", 2, 1), ("production", 1, 2), ("candidate", None, 2), ("production", None, 1)]
-    with pytest.raises(ConflictError, match="nothing to roll back"):
+    with pytest.raises(ConflictError, match="no earlier version"):
         await service.rollback(ADMIN, "prompt", "judge_cot")
     diff = await service.diff("prompt", EXTRACTIVE, 1, 2)
     assert diff.parameters_changed == {"max_sentences": [3, 1]} and diff.body_diff == ""
@@ -262,3 +262,77 @@ async def test_propose_turns_recent_reviews_into_worked_examples(service: Prompt
         "answer_cot", candidate.version, candidate.body).render(
         passages=[], question="q", sub_questions=[], injection_flagged=False)
     assert "Worked examples" in rendered[0]["content"]
+
+
+# --- what a stored version must never do --------------------------------------------------------
+
+async def test_review_text_cannot_become_template_code(service: PromptService, db: Database) -> None:
+    """Worked examples are spliced into template source: a question that tries to close a raw
+    block or open an expression stays text, and templates render in Jinja2's sandbox."""
+    reviews = ReviewService(ReviewRepository(db), lease_s=60, expire_after_s=86_400)
+    loop = LearningReviews(reviews, service)
+    payload = "What is {%endraw%}{{ 7*7 }}{%- endraw %}{{ cycler.__init__.__globals__.os.getpid() }}{%raw%}?"
+    _, review_id = await seed_answer(db, question=payload, prompt_name="answer_cot")
+    await reviews.claim(ADMIN, review_id)
+    await reviews.decide(ADMIN, review_id, ReviewDecisionRequest(decision="approved", category="other"))
+    candidate = await loop.propose(ADMIN, "answer_cot")
+    system = Prompt("answer_cot", candidate.version, candidate.body).render(
+        passages=[], question="q", sub_questions=[], injection_flagged=False)[0]["content"]
+    assert "(( 7*7 ))" in system and "49" not in system and "getpid" in system  # the text, not its value
+    assert "Q: What is" in system and "\n\nQ: " in system  # examples stand on lines of their own
+    with pytest.raises(Exception, match="unsafe|not safely"):
+        Prompt("x", 1, "[system]\n{{ cycler.__init__.__globals__.os.getpid() }}").render()
+
+
+async def test_versions_that_would_fail_every_answer_are_refused(service: PromptService) -> None:
+    for body, message in (("[system]\nHi {{ questoin }}\n[user]\n{{ question }} {{ passages }}", "questoin"),
+                          ("[system]\nAnswer.\n[user]\n{{ question }}", "must use \\['passages'\\]")):
+        with pytest.raises(InvalidInputError, match=message):
+            await service.create(ADMIN, "prompt", "answer_cot", NewVersionRequest(body=body))
+    for parameters, message in (({"max_sentences": 0}, "1 to 10"), ({"support_ratio": 5}, "0 to 1"),
+                                ({"tier": "huge"}, "simple"), ({"temperature": 99}, "0 to 2"),
+                                ({"max_sentences": True}, "1 to 10")):
+        name = "answer_extractive" if "max_sentences" in parameters or "support_ratio" in parameters else "answer_cot"
+        with pytest.raises(InvalidInputError, match=message):
+            await service.create(ADMIN, "prompt", name, NewVersionRequest(parameters=parameters))
+
+
+async def test_two_rollbacks_walk_back_two_moves(service: PromptService) -> None:
+    for parameters in ({"max_sentences": 2}, {"max_sentences": 1}):
+        version = await service.create(ADMIN, "prompt", EXTRACTIVE, NewVersionRequest(parameters=parameters))
+        await service.move_label(ADMIN, "prompt", EXTRACTIVE, "production", version.version, None)
+    assert [(await service.rollback(ADMIN, "prompt", EXTRACTIVE)).to_version for _ in range(2)] == [2, 1]
+    with pytest.raises(ConflictError, match="no earlier version"):
+        await service.rollback(ADMIN, "prompt", EXTRACTIVE)
+    with pytest.raises(InvalidInputError, match="label"):
+        await service.move_label(ADMIN, "prompt", EXTRACTIVE, "Not A Label", 1, None)
+
+
+async def test_production_moves_only_by_promotion_while_an_experiment_runs(service: PromptService) -> None:
+    experiment_id = await _experiment(service)
+    with pytest.raises(ConflictError, match="experiment"):
+        await service.create(ADMIN, "prompt", EXTRACTIVE, NewVersionRequest(label="production"))
+    with pytest.raises(InvalidInputError, match="answer prompts"):
+        await service.start_experiment(ADMIN, ExperimentRequest(name="judge_cot"))
+    await service.stop_experiment(ADMIN, experiment_id, "pause")
+    await service.move_label(ADMIN, "prompt", EXTRACTIVE, "production", 2, "by hand meanwhile")
+    v3 = await service.create(ADMIN, "prompt", EXTRACTIVE, NewVersionRequest(parameters={"max_sentences": 2}))
+    await service.move_label(ADMIN, "prompt", EXTRACTIVE, "production", v3.version, None)
+    # The experiment compared version 2 with version 1; production is no longer version 1.
+    with pytest.raises(ConflictError, match="not 1 as expected"):
+        await service.promote(ADMIN, experiment_id, force=True)
+
+
+async def test_a_candidate_that_declines_more_is_stopped(service: PromptService, db: Database) -> None:
+    """Declining hard questions leaves only easy ones graded: the answered rate guards against a
+    candidate that wins that way."""
+    experiment_id = await _experiment(service)
+    await _traffic(db, experiment_id, {"control": 1, "candidate": 2}, {"control": 0.75, "candidate": 0.80}, 400)
+    async with db.begin() as conn:  # a third of the candidate's answers said the documents do not answer
+        await conn.execute(text(
+            "UPDATE queries SET outcome = 'no_answer' WHERE id IN (SELECT query_id FROM answers WHERE "
+            "variant = 'candidate' AND experiment_id = :e ORDER BY created_at LIMIT 70)"), {"e": experiment_id})
+        await conn.execute(text(
+            "DELETE FROM answer_scores WHERE query_id IN (SELECT id FROM queries WHERE outcome = 'no_answer')"))
+    report = await service.experiment_report(experiment_id)
+    assert report.decision == "candidate_worse" and "answered_rate" in report.decision_reason

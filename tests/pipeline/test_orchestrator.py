@@ -183,7 +183,8 @@ async def test_no_answer_when_the_passages_do_not_hold_it() -> None:
     assert result.evaluation is None and result.review_id is None  # nothing to grade or review
     assert "token" in events.kinds()  # the statement streams like an answer
     [entry] = log.entries
-    assert entry.outcome == "no_answer" and entry.answer is None
+    assert entry.outcome == "no_answer" and entry.answer is not None  # stored: what the caller got
+    assert "do not appear to answer" in entry.answer.text
 
 
 async def test_clarifications_and_declines_plan_only_persistence() -> None:

@@ -21,8 +21,10 @@ class Observation:
     """One answer of an experiment, in arrival order."""
 
     variant: str
+    unit: str  # what the assignment stuck to: one cluster of answers
     overall: float | None
     metrics: dict[str, float]
+    answered: bool  # False: the answer said the documents do not answer
     queued: bool  # the answer went to the review queue
     decision: str | None  # approved | rejected | edited, once reviewed
     latency_ms: float | None
@@ -84,6 +86,12 @@ class ExperimentRepository:
             await notify(conn, "prompt", row.name)
         return _experiment(row)
 
+    async def running(self) -> list[Experiment]:
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(text(
+                f"SELECT {_EXPERIMENT} FROM experiments WHERE status = 'running' ORDER BY created_at"))).all()
+        return [_experiment(r) for r in rows]
+
     async def get(self, experiment_id: uuid.UUID) -> Experiment:
         async with self._db.connect() as conn:
             row = (await conn.execute(text(f"SELECT {_EXPERIMENT} FROM experiments WHERE id = :id"),
@@ -108,16 +116,17 @@ class ExperimentRepository:
         scorer's where the LLM judge has graded, else the local scorer's."""
         async with self._db.connect() as conn:
             rows = (await conn.execute(text(
-                "SELECT a.variant, s.overall, s.metrics, (r.id IS NOT NULL) AS queued, d.decision, "
+                "SELECT a.variant, COALESCE(a.experiment_unit, CAST(a.id AS text)) AS unit, s.overall, s.metrics, "
+                "(r.id IS NOT NULL) AS queued, d.decision, (q.outcome <> 'no_answer') AS answered, "
                 "CAST(a.timings_ms ->> 'total' AS float8) AS latency_ms, a.generator FROM answers a "
                 "LEFT JOIN LATERAL (SELECT overall, metrics FROM answer_scores WHERE query_id = a.query_id "
                 "ORDER BY (scorer = 'combined') DESC, id DESC LIMIT 1) s ON TRUE "
-                "LEFT JOIN review_items r ON r.query_id = a.query_id "
+                "JOIN queries q ON q.id = a.query_id LEFT JOIN review_items r ON r.query_id = a.query_id "
                 "LEFT JOIN review_decisions d ON d.review_id = r.id "
                 "WHERE a.experiment_id = :id ORDER BY a.created_at, a.id"), {"id": experiment_id})).all()
         return [Observation(
-            variant=r.variant, overall=r.overall, queued=r.queued, decision=r.decision, latency_ms=r.latency_ms,
-            generator=r.generator,
+            variant=r.variant, unit=r.unit, overall=r.overall, answered=r.answered, queued=r.queued,
+            decision=r.decision, latency_ms=r.latency_ms, generator=r.generator,
             metrics={k: float(v["value"]) for k, v in (r.metrics or {}).items()
                      if isinstance(v, dict) and v.get("value") is not None})
             for r in rows]

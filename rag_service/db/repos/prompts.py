@@ -37,6 +37,28 @@ _EXPERIMENT = ("id, name, control_label, candidate_label, control_version, candi
                "status, stop_reason, started_by, note, created_at, ended_at")
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def rollback_target(moves: list[tuple[int | None, bool]]) -> int | None:
+    """Where a rollback points a label, from its moves oldest first as (from_version, is_rollback):
+    every ordinary move stacks the version it left, every rollback took the top one back, so the
+    next rollback takes the one below (two rollbacks undo two moves, not each other). None: nothing
+    left to go back to."""
+    stack: list[int | None] = []
+    for from_version, is_rollback in moves:
+        if is_rollback:
+            if stack:
+                stack.pop()
+        else:
+            stack.append(from_version)
+    return stack[-1] if stack else None
+
+
 def _version(row: Any) -> PromptVersion:
     return PromptVersion.model_validate(dict(row._mapping))
 
@@ -55,6 +77,9 @@ class PromptRepository:
         self._listener: asyncio.Task[None] | None = None
         self._versions: dict[tuple[str, str, int], PromptVersion] = {}  # immutable: kept (bounded)
         self.invalidations = 0  # notifications received (tests and logs read it)
+        # Bumped by every forget: a read that started before a notification must not store what it
+        # read after it (it may be the old version).
+        self._generation = 0
 
     @property
     def db(self) -> Database:
@@ -69,6 +94,7 @@ class PromptRepository:
         hit = self._cache.get(key)
         if hit is not None and hit[0] > time.monotonic():
             return hit[1]
+        generation = self._generation
         async with self._db.connect() as conn:
             row = (await conn.execute(text(
                 f"SELECT {_VERSION} FROM prompt_versions v JOIN prompt_labels l ON l.kind = v.kind AND "
@@ -77,7 +103,7 @@ class PromptRepository:
         if row is None:
             raise NotFoundError(f"{kind} {name!r} has no label {label!r}")
         found = _version(row)
-        self._cache[key] = (time.monotonic() + self._ttl_s, found)
+        self._store(key, found, generation)
         return found
 
     async def running_experiment(self, name: str) -> Experiment | None:
@@ -87,20 +113,27 @@ class PromptRepository:
         hit = self._cache.get(key)
         if hit is not None and hit[0] > time.monotonic():
             return hit[1]
+        generation = self._generation
         async with self._db.connect() as conn:
             row = (await conn.execute(text(
                 f"SELECT {_EXPERIMENT} FROM experiments WHERE name = :name AND status = 'running'"),
                 {"name": name})).first()
         found = None if row is None else Experiment.model_validate(dict(row._mapping))
-        self._cache[key] = (time.monotonic() + self._ttl_s, found)
+        self._store(key, found, generation)
         return found
 
+    def _store(self, key: tuple[str, str, str], value: Any, generation: int) -> None:
+        if generation == self._generation:
+            self._cache[key] = (time.monotonic() + self._ttl_s, value)
+
     def forget(self, kind: str, name: str) -> None:
+        self._generation += 1
         for key in [k for k in self._cache if k[1] == name and k[0] in (kind, "experiment")]:
             del self._cache[key]
 
     def _listen(self) -> None:
-        if self._listener is None or self._listener.done():
+        stale = self._listener is not None and self._listener.get_loop() is not _running_loop()
+        if self._listener is None or self._listener.done() or stale:
             with contextlib.suppress(RuntimeError):  # no running loop: reads still work, cached for ttl_s
                 self._listener = asyncio.get_running_loop().create_task(self._listen_forever())
 
@@ -112,6 +145,7 @@ class PromptRepository:
                                                                  autocommit=True) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     # Whatever changed while we were not listening is unknown: start afresh.
+                    self._generation += 1
                     self._cache.clear()
                     delay = 0.5
                     async for note in conn.notifies():
@@ -122,6 +156,7 @@ class PromptRepository:
                 raise
             except Exception as exc:  # the cache's TTL covers the gap; keep trying
                 log.warning("prompt label listener disconnected (%s); retrying in %.1f s", exc, delay)
+                self._generation += 1
                 self._cache.clear()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
@@ -191,8 +226,8 @@ class PromptRepository:
                     ) -> list[LabelMove]:
         async with self._db.connect() as conn:
             rows = (await conn.execute(text(
-                "SELECT id, kind, name, label, from_version, to_version, actor, reason, forced, experiment_id, "
-                "created_at FROM prompt_label_moves WHERE kind = :kind AND name = :name "
+                "SELECT id, kind, name, label, from_version, to_version, actor, reason, forced, rollback, "
+                "experiment_id, created_at FROM prompt_label_moves WHERE kind = :kind AND name = :name "
                 "AND (CAST(:label AS text) IS NULL OR label = :label) ORDER BY id DESC LIMIT :limit"),
                 {"kind": kind, "name": name, "label": label, "limit": limit})).all()
         return [LabelMove.model_validate(dict(r._mapping)) for r in rows]
@@ -238,7 +273,8 @@ class PromptRepository:
 
     async def _move(self, conn: AsyncConnection, kind: str, name: str, label: str, version: int, *,
                     actor: str | None, reason: str | None, forced: bool = False,
-                    experiment_id: uuid.UUID | None = None, expected_from: int | None = None) -> LabelMove:
+                    experiment_id: uuid.UUID | None = None, expected_from: int | None = None,
+                    rollback: bool = False) -> LabelMove:
         exists = (await conn.execute(text(
             "SELECT 1 FROM prompt_versions WHERE kind = :kind AND name = :name AND version = :version"),
             {"kind": kind, "name": name, "version": version})).first()
@@ -248,8 +284,9 @@ class PromptRepository:
             "SELECT version FROM prompt_labels WHERE kind = :kind AND name = :name AND label = :label FOR UPDATE"),
             {"kind": kind, "name": name, "label": label})).scalar_one_or_none()
         if expected_from is not None and current != expected_from:
-            raise ConflictError(f"label {label!r} of {name!r} points at version {current}, not {expected_from}: "
-                                "it moved since; look again before moving it",
+            raise ConflictError(f"label {label!r} of {name!r} points at version {current}, not {expected_from} as "
+                                "expected: it moved since (an experiment compares against the version it started "
+                                "with); look again before moving it",
                                 fields={"label": label, "version": current})
         await conn.execute(text(
             "INSERT INTO prompt_labels (kind, name, label, version, moved_by) VALUES (:kind, :name, :label, "
@@ -258,28 +295,33 @@ class PromptRepository:
             {"kind": kind, "name": name, "label": label, "version": version, "actor": actor})
         row = (await conn.execute(text(
             "INSERT INTO prompt_label_moves (kind, name, label, from_version, to_version, actor, reason, forced, "
-            "experiment_id) VALUES (:kind, :name, :label, :from_version, :version, :actor, :reason, :forced, "
-            ":experiment_id) RETURNING id, kind, name, label, from_version, to_version, actor, reason, forced, "
-            "experiment_id, created_at"),
+            "experiment_id, rollback) VALUES (:kind, :name, :label, :from_version, :version, :actor, :reason, "
+            ":forced, :experiment_id, :rollback) RETURNING id, kind, name, label, from_version, to_version, actor, "
+            "reason, forced, rollback, experiment_id, created_at"),
             {"kind": kind, "name": name, "label": label, "from_version": current, "version": version, "actor": actor,
-             "reason": reason, "forced": forced, "experiment_id": experiment_id})).one()
+             "reason": reason, "forced": forced, "experiment_id": experiment_id, "rollback": rollback})).one()
         await notify(conn, kind, name)
         return LabelMove.model_validate(dict(row._mapping))
 
     async def rollback(self, kind: PromptKind, name: str, label: str, *, actor: str | None,
                        reason: str | None) -> LabelMove:
-        """Point ``label`` back at the version it pointed at before its last move."""
+        """Point ``label`` back at the version it pointed at before its last move not yet rolled
+        back (``rollback_target``)."""
         async with self._db.begin() as conn:
-            last = (await conn.execute(text(
-                "SELECT from_version, to_version FROM prompt_label_moves WHERE kind = :kind AND name = :name "
-                "AND label = :label ORDER BY id DESC LIMIT 1"), {"kind": kind, "name": name, "label": label})).first()
-            if last is None:
+            current = (await conn.execute(text(
+                "SELECT version FROM prompt_labels WHERE kind = :kind AND name = :name AND label = :label FOR UPDATE"),
+                {"kind": kind, "name": name, "label": label})).scalar_one_or_none()
+            if current is None:
                 raise NotFoundError(f"{kind} {name!r} has no label {label!r}")
-            if last.from_version is None:
-                raise ConflictError(f"label {label!r} of {name!r} has only ever pointed at version "
-                                    f"{last.to_version}: there is nothing to roll back to")
-            move = await self._move(conn, kind, name, label, last.from_version, actor=actor,
-                                    reason=reason or f"rollback from version {last.to_version}",
-                                    expected_from=last.to_version)
+            moves = (await conn.execute(text(
+                "SELECT from_version, rollback FROM prompt_label_moves WHERE kind = :kind AND name = :name "
+                "AND label = :label ORDER BY id"), {"kind": kind, "name": name, "label": label})).all()
+            target = rollback_target([(m.from_version, m.rollback) for m in moves])
+            if target is None:
+                raise ConflictError(f"label {label!r} of {name!r} has no earlier version to roll back to (it points "
+                                    f"at version {current})")
+            move = await self._move(conn, kind, name, label, target, actor=actor,
+                                    reason=reason or f"rollback from version {current}", expected_from=current,
+                                    rollback=True)
         self.forget(kind, name)
         return move

@@ -110,8 +110,12 @@ class LLMGenerator:
         temperature = float(parameters.get("temperature", 0.0))
         max_tokens = int(parameters.get("max_tokens", 1024))
         passages = [{"title": c.hit.title, "source_uri": c.hit.source_uri, "text": c.hit.text} for c in context]
-        messages = template.render(passages=passages, question=question, sub_questions=list(sub_questions),
-                                 injection_flagged=injection_flagged)
+        try:
+            messages = template.render(passages=passages, question=question, sub_questions=list(sub_questions),
+                                       injection_flagged=injection_flagged)
+        except Exception as exc:  # a stored version that fails to render: the extractive fallback answers
+            raise ProviderError(f"prompt {template.name} v{template.version} failed to render: {exc}",
+                                stage="generator") from exc
         errors: list[str] = []
         for attempt in range(1, self._max_tries + 1):
             if on_token is not None and attempt == 1:
