@@ -34,8 +34,8 @@ async def _guard_experiments(runtime: Runtime, every_s: float) -> None:
         await asyncio.sleep(every_s)
         try:
             await runtime.prompts.check_running()
-        except RagServiceError as exc:
-            log.warning("experiment guardrail check failed: %s", exc)
+        except Exception:  # the check must keep running for the life of the process
+            log.exception("experiment guardrail check failed")
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

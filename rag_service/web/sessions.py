@@ -64,9 +64,14 @@ def require_admin(session: ConsoleSession, what: str) -> None:
 def set_cookie(response: Response, request: Request, token: str, expires_at: datetime) -> None:
     # Starlette formats the expiry as GMT, and wants it in UTC to do so.
     response.set_cookie(COOKIE, token, expires=expires_at.astimezone(UTC), path=COOKIE_PATH, httponly=True,
-                        samesite="strict", secure=request.url.scheme == "https")
+                        samesite="strict", secure=_https(request))
 
 
 def clear_cookie(response: Response, request: Request) -> None:
-    response.delete_cookie(COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict",
-                           secure=request.url.scheme == "https")
+    response.delete_cookie(COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict", secure=_https(request))
+
+
+def _https(request: Request) -> bool:
+    """Reached over https, directly or through a TLS-terminating proxy that says so."""
+    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    return request.url.scheme == "https" or forwarded == "https"

@@ -15,6 +15,7 @@ from rag_service.learning.sequential import (
     _log_lambda,
     _p_value,
     better,
+    clustered_test,
     sequential_test,
     simulate,
     worse,
@@ -194,3 +195,31 @@ def test_bad_simulations_are_refused(kwargs: dict, message: str) -> None:
     arguments = {"n_experiments": 10, "max_per_arm": 100, "look_every": 20, "effect": 0.0} | kwargs
     with pytest.raises(ValueError, match=message):
         simulate(**arguments)
+
+
+def test_the_clustered_test_keeps_its_level_when_answers_come_in_sticky_units() -> None:
+    """Assignment is sticky per conversation or key, and one unit's answers are alike: treated as
+    independent they reject far too often; the cluster-robust test keeps the level."""
+    rng = np.random.default_rng(3)
+    clustered = plain = 0
+    experiments, alpha = 200, 0.05
+    for _ in range(experiments):
+        level = rng.normal(0.0, 0.05, 60)
+        unit_arm = rng.permutation(np.arange(60) % 2 == 1)
+        unit = rng.integers(0, 60, 600)
+        x = np.clip(0.75 + level[unit] + rng.normal(0.0, 0.15, 600), 0.0, 1.0)
+        clustered += clustered_test(x, unit_arm[unit], unit, alpha=alpha, min_units=20).significant
+        plain += sequential_test(x, unit_arm[unit], alpha=alpha).significant
+    print(f"A/A with 60 sticky units: clustered {clustered / experiments:.3f}, plain {plain / experiments:.3f}")
+    assert clustered / experiments <= alpha
+    assert plain / experiments > 2 * alpha  # why the clustered test exists
+
+
+def test_the_clustered_test_waits_for_enough_units() -> None:
+    x = np.linspace(0, 1, 400)
+    arm = np.arange(400) % 2 == 1
+    few = clustered_test(x + 0.3 * arm, arm, np.arange(400) % 8, min_units=10)  # 4 units per arm
+    assert (few.p_value, few.significant) == (1.0, False)
+    many = clustered_test(np.clip(x * 0 + 0.5 + 0.3 * arm + np.sin(np.arange(400)) * 0.1, 0, 1), arm,
+                          np.arange(400) % 100, min_units=10)
+    assert many.significant and many.lower > 0
