@@ -26,9 +26,12 @@ from rag_service.domain import Caller
 from rag_service.domain.prompts import ExperimentRequest, NewVersionRequest
 from rag_service.domain.review import ReviewDecisionRequest
 from rag_service.errors import ConflictError, InvalidInputError, NotFoundError
+from rag_service.learning.optimizer import rewriter
 from rag_service.learning.service import LearningReviews, PromptService
 from rag_service.prompts.registry import Prompt
+from rag_service.providers.llm import make_llm
 from rag_service.review.service import ReviewService
+from tests.fake_openai import fake_openai
 from tests.review.seed import seed_answer
 
 ADMIN = Caller(role="admin")
@@ -336,3 +339,36 @@ async def test_a_candidate_that_declines_more_is_stopped(service: PromptService,
             "DELETE FROM answer_scores WHERE query_id IN (SELECT id FROM queries WHERE outcome = 'no_answer')"))
     report = await service.experiment_report(experiment_id)
     assert report.decision == "candidate_worse" and "answered_rate" in report.decision_reason
+
+
+async def test_with_an_llm_propose_rewrites_the_template_from_feedback(service: PromptService,
+                                                                       db: Database) -> None:
+    """The analyse-feedback -> optimise-prompts step against a local OpenAI-compatible server: the
+    optimizer prompt carries the reviewers' feedback, and a rewrite that is not a valid template
+    leaves the examples-only candidate."""
+    reviews = ReviewService(ReviewRepository(db), lease_s=60, expire_after_s=86_400)
+    production = await service.prompts.by_label("prompt", "answer_cot", "production")
+    rewritten = production.body.replace("Think step by step", "Be brief. Think step by step")
+    _, review_id = await seed_answer(db, question="How do I reset my password?")
+    await reviews.claim(ADMIN, review_id)
+    await reviews.decide(ADMIN, review_id, ReviewDecisionRequest(
+        decision="edited", category="answer_quality", corrected_answer="From the settings page [1].",
+        feedback="Answers are far too long; one sentence is enough."))
+    with fake_openai() as server:
+        llm = make_llm(load_settings(llm_base_url=server.url, llm_model_simple="s", llm_model_complex="big",
+                                     llm_timeout_s=5))
+        optimizer = Prompt("prompt_optimizer", 1, (await service.prompts.by_label(
+            "prompt", "prompt_optimizer", "production")).body)
+
+        async def prompt() -> Prompt:
+            return optimizer
+
+        loop = LearningReviews(reviews, service, llm_rewrite=rewriter(llm, prompt))
+        server.queue(rewritten, "[system]\n{{ not_a_variable }}")
+        first = await loop.propose(ADMIN, "answer_cot")
+        second = await loop.propose(ADMIN, "answer_cot")
+        await llm.close()
+    asked = json.dumps(server.requests[0])
+    assert "far too long" in asked and "Think step by step" in asked
+    assert first.source == "optimizer" and "Be brief." in first.body and first.review_ids == [review_id]
+    assert second.source == "review" and "LLM rewrite failed" in second.note and "Be brief." not in second.body
