@@ -17,7 +17,8 @@ import json
 import logging
 import time
 import uuid
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import psycopg
 from sqlalchemy import text
@@ -30,6 +31,7 @@ from rag_service.errors import ConflictError, NotFoundError
 log = logging.getLogger(__name__)
 
 CHANNEL = "ragsvc_prompts"
+T = TypeVar("T")
 _VERSION = ("v.kind, v.name, v.version, v.body, v.parameters, v.author, v.source, v.note, v.parent_version, "
             "v.review_ids, v.created_at, ARRAY(SELECT l.label FROM prompt_labels l WHERE l.kind = v.kind "
             "AND l.name = v.name AND l.version = v.version ORDER BY l.label) AS labels")
@@ -89,42 +91,41 @@ class PromptRepository:
 
     async def by_label(self, kind: PromptKind, name: str, label: str) -> PromptVersion:
         """The version ``label`` points at (cached; see the module docstring)."""
-        self._listen()
-        key = (kind, name, label)
-        hit = self._cache.get(key)
-        if hit is not None and hit[0] > time.monotonic():
-            return hit[1]
-        generation = self._generation
-        async with self._db.connect() as conn:
+
+        async def load(conn: AsyncConnection) -> PromptVersion:
             row = (await conn.execute(text(
                 f"SELECT {_VERSION} FROM prompt_versions v JOIN prompt_labels l ON l.kind = v.kind AND "
                 "l.name = v.name AND l.version = v.version WHERE l.kind = :kind AND l.name = :name "
                 "AND l.label = :label"), {"kind": kind, "name": name, "label": label})).first()
-        if row is None:
-            raise NotFoundError(f"{kind} {name!r} has no label {label!r}")
-        found = _version(row)
-        self._store(key, found, generation)
-        return found
+            if row is None:
+                raise NotFoundError(f"{kind} {name!r} has no label {label!r}")
+            return _version(row)
+
+        return await self._cached((kind, name, label), load)
 
     async def running_experiment(self, name: str) -> Experiment | None:
         """The running experiment on prompt ``name`` (cached like the labels)."""
+
+        async def load(conn: AsyncConnection) -> Experiment | None:
+            row = (await conn.execute(text(
+                f"SELECT {_EXPERIMENT} FROM experiments WHERE name = :name AND status = 'running'"),
+                {"name": name})).first()
+            return None if row is None else Experiment.model_validate(dict(row._mapping))
+
+        return await self._cached(("experiment", name, ""), load)
+
+    async def _cached(self, key: tuple[str, str, str], load: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         self._listen()
-        key = ("experiment", name, "")
         hit = self._cache.get(key)
         if hit is not None and hit[0] > time.monotonic():
             return hit[1]
         generation = self._generation
         async with self._db.connect() as conn:
-            row = (await conn.execute(text(
-                f"SELECT {_EXPERIMENT} FROM experiments WHERE name = :name AND status = 'running'"),
-                {"name": name})).first()
-        found = None if row is None else Experiment.model_validate(dict(row._mapping))
-        self._store(key, found, generation)
-        return found
-
-    def _store(self, key: tuple[str, str, str], value: Any, generation: int) -> None:
+            found = await load(conn)
+        # A notification that arrived while we read may concern what we read: then do not keep it.
         if generation == self._generation:
-            self._cache[key] = (time.monotonic() + self._ttl_s, value)
+            self._cache[key] = (time.monotonic() + self._ttl_s, found)
+        return found
 
     def forget(self, kind: str, name: str) -> None:
         self._generation += 1
