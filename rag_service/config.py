@@ -187,6 +187,9 @@ class Settings(BaseSettings):
     llm_model_moderate: str = "gpt-4o-mini"
     llm_model_complex: str = "gpt-4o"
     llm_timeout_s: float = Field(default=30.0, gt=0)
+    llm_usd_per_1k_prompt_tokens: float | None = Field(
+        default=None, ge=0, description="The endpoint's price, for experiments' cost per answer (unset: tokens only).")
+    llm_usd_per_1k_completion_tokens: float | None = Field(default=None, ge=0)
 
     # --- tracing (Langfuse when all three are set; used once tracing exists) ----------------
     langfuse_host: str | None = None

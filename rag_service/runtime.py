@@ -32,6 +32,7 @@ from rag_service.domain.prompts import PRODUCTION
 from rag_service.errors import RagServiceError, SchemaMismatchError
 from rag_service.learning.optimizer import PROMPT_NAME as OPTIMIZER_PROMPT
 from rag_service.learning.optimizer import rewriter
+from rag_service.learning.report import Prices
 from rag_service.learning.service import LearningReviews, PromptService
 from rag_service.pipeline.evaluation import AnswerEvaluator, llm_grader
 from rag_service.pipeline.generation.llm_generator import LLMGenerator
@@ -118,7 +119,9 @@ class Runtime:
     @cached_property
     def prompts(self) -> PromptService:
         """Prompt and guideline versions, labels and experiments; chooses each query's prompt version."""
-        return PromptService(self.prompt_repository, ExperimentRepository(self.db))
+        s = self.settings
+        return PromptService(self.prompt_repository, ExperimentRepository(self.db),
+                             Prices(s.llm_usd_per_1k_prompt_tokens, s.llm_usd_per_1k_completion_tokens))
 
     @cached_property
     def learning(self) -> LearningReviews:

@@ -18,6 +18,13 @@ from http.server import BaseHTTPRequestHandler
 from tests.http_fakes import running, send_json
 
 
+def _usage(body: dict, content: str) -> dict[str, int]:
+    """Token counts as a server reports them (here: four characters a token)."""
+    prompt = sum(len(m.get("content") or "") for m in body.get("messages", [])) // 4 + 1
+    completion = len(content) // 4 + 1
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
 @dataclass
 class Reply:
     content: str = ""
@@ -88,7 +95,7 @@ def fake_openai() -> Iterator[FakeOpenAI]:
                 "id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": body["model"],
                 "choices": [{"index": 0, "finish_reason": "stop",
                              "message": {"role": "assistant", "content": reply.content}}],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                "usage": _usage(body, reply.content),
             })
 
         def _json(self, status: int, payload: dict) -> None:
@@ -106,6 +113,10 @@ def fake_openai() -> Iterator[FakeOpenAI]:
                              "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                     self.wfile.flush()
+                if (body.get("stream_options") or {}).get("include_usage"):  # as OpenAI: a last chunk
+                    last = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": body["model"],
+                            "choices": [], "usage": _usage(body, content)}
+                    self.wfile.write(f"data: {json.dumps(last)}\n\n".encode())
                 self.wfile.write(b"data: [DONE]\n\n")
             self.close_connection = True
 

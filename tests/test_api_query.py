@@ -350,6 +350,8 @@ def test_llm_answers_stream_tokens(llm_client: TestClient, llm_server) -> None:
     assert done["generator"] == "llm" and done["prompt"] == {"name": "answer_cot", "version": 1}
     assert done["citations"][0]["source_uri"] == "bread.md" and done["citations"][0]["verified"]
     assert done["reasoning_steps"] == ["[1] gives the rise time"]
+    # The stream's last chunk reports the tokens (the fake server counts four characters a token).
+    assert done["llm_tokens"]["completion"] == len(reply) // 4 + 1 and done["llm_tokens"]["prompt"] > 100
 
 
 def test_llm_timeout_falls_back_to_extractive(llm_client: TestClient, llm_server) -> None:

@@ -125,6 +125,8 @@ def upgrade() -> None:
     # What the assignment was sticky to (conversation:..., key:..., query:...): the test treats one
     # unit's answers as one cluster.
     op.add_column("answers", sa.Column("experiment_unit", sa.Text))
+    # {"prompt": n, "completion": m}: the generation's LLM tokens as the server reported them
+    op.add_column("answers", sa.Column("llm_tokens", pg.JSONB))
     op.create_index("ix_answers_experiment", "answers", ["experiment_id", "created_at"])
 
     op.create_table(
@@ -203,6 +205,7 @@ def downgrade() -> None:
                "AND l.version = v.version WHERE v.kind = 'guidelines' AND l.label = 'production'")
     op.drop_table("console_sessions")
     op.drop_index("ix_answers_experiment", table_name="answers")
+    op.drop_column("answers", "llm_tokens")
     op.drop_column("answers", "experiment_unit")
     op.drop_column("answers", "variant")
     op.drop_column("answers", "experiment_id")

@@ -190,7 +190,11 @@ class VariantStats(BaseModel):
     approval_rate: float | None = Field(description="Of decided reviews, the share approved.")
     latency_ms_p50: float | None
     latency_ms_p95: float | None
-    cost_usd: float | None = Field(description="Estimated LLM cost; 0 for extractive answers, null if unknown.")
+    tokens_mean: dict[str, float] | None = Field(default=None, description=(
+        "Mean LLM tokens per answer that called the LLM ({prompt, completion}, as the server reported them)."))
+    cost_usd: float | None = Field(description=(
+        "Mean generation cost per answer: 0 for extractive answers; for LLM answers their tokens at "
+        "RAGSVC_LLM_USD_PER_1K_PROMPT_TOKENS / _COMPLETION_TOKENS; null when prices or tokens are unknown."))
     overall_histogram: list[int] = Field(description="Overall scores in ten bins of 0.1.")
 
 

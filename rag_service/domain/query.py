@@ -105,6 +105,9 @@ class QueryResult(BaseModel):
         "below RAGSVC_ANSWER_ABSTAIN_BELOW) and the evidence features it read. `confidence` is a separate "
         "model's, calibrated on questions the collection can answer."))
     guardrails: dict[str, Any]
+    llm_tokens: dict[str, int] | None = Field(default=None, description=(
+        "The LLM tokens the answer took ({prompt, completion}, as the server reported them, failed attempts "
+        "included); null without an LLM or when the server reports none."))
     evaluation: EvaluationReport | None = Field(default=None, description="The answer's seven-metric grades.")
     review_id: uuid.UUID | None = Field(default=None, description="The review item, when the answer was queued.")
     steps: list[StepRecord]
@@ -125,6 +128,7 @@ class AnswerLogEntry(BaseModel):
     experiment_id: uuid.UUID | None = Field(default=None, description="The experiment that chose the prompt version.")
     variant: str | None = None
     experiment_unit: str | None = Field(default=None, description="What the experiment's assignment stuck to.")
+    llm_tokens: dict[str, int] | None = None
     timings: dict[str, float]
     context: list[dict[str, Any]] = Field(default_factory=list, description="[{n, chunk_id, score}] read.")
     held: bool = False

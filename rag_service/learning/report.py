@@ -17,6 +17,7 @@ included (intention to treat).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -65,8 +66,27 @@ def compare(observations: Sequence[Observation], metric: str, higher_is_better: 
         verdict=verdict)
 
 
+@dataclass(frozen=True)
+class Prices:
+    """USD per 1,000 tokens (RAGSVC_LLM_USD_PER_1K_*); None: not configured."""
+
+    prompt: float | None = None
+    completion: float | None = None
+
+
+def answer_cost(observation: Observation, prices: Prices) -> float | None:
+    """An answer's generation cost: 0 without an LLM call; None when the LLM's tokens or the prices
+    are unknown."""
+    if observation.llm_tokens is None:
+        return 0.0 if observation.generator == "extractive" else None
+    if prices.prompt is None or prices.completion is None:
+        return None
+    return (observation.llm_tokens.get("prompt", 0) * prices.prompt
+            + observation.llm_tokens.get("completion", 0) * prices.completion) / 1000
+
+
 def variant_stats(observations: Sequence[Observation], variant: Literal["control", "candidate"], label: str,
-                  version: int) -> VariantStats:
+                  version: int, prices: Prices | None = None) -> VariantStats:
     mine = [o for o in observations if o.variant == variant]
     overall = np.array([o.overall for o in mine if o.overall is not None], dtype=float)
     metrics = sorted({m for o in mine for m in o.metrics})
@@ -81,11 +101,15 @@ def variant_stats(observations: Sequence[Observation], variant: Literal["control
         approval_rate=round(decided.count("approved") / len(decided), 4) if decided else None,
         latency_ms_p50=round(float(np.percentile(latencies, 50)), 1) if latencies.size else None,
         latency_ms_p95=round(float(np.percentile(latencies, 95)), 1) if latencies.size else None,
-        cost_usd=0.0 if mine and all(o.generator == "extractive" for o in mine) else None,
+        tokens_mean={k: round(float(np.mean([o.llm_tokens.get(k, 0) for o in metered])), 1)
+                     for k in ("prompt", "completion")} if (metered := [o for o in mine if o.llm_tokens]) else None,
+        cost_usd=round(sum(costs) / len(costs), 6) if mine and None not in (costs := [
+            answer_cost(o, prices or Prices()) for o in mine]) else None,
         overall_histogram=[int(x) for x in histogram])
 
 
-def report(experiment: Experiment, observations: Sequence[Observation]) -> ExperimentReport:
+def report(experiment: Experiment, observations: Sequence[Observation], prices: Prices | None = None
+           ) -> ExperimentReport:
     alpha = experiment.alpha / len(DECIDING)  # Bonferroni over the deciding metrics
     comparisons = [compare(observations, metric, higher, alpha=alpha, tau=experiment.tau)
                    for metric, higher in DECIDING]
@@ -108,5 +132,7 @@ def report(experiment: Experiment, observations: Sequence[Observation]) -> Exper
                   f"(p {review_rate.p_value:.4f}); {alpha:.4f} is needed")
     return ExperimentReport(
         experiment=experiment, comparisons=comparisons, decision=decision, decision_reason=reason,
-        variants=[variant_stats(observations, "control", experiment.control_label, experiment.control_version),
-                  variant_stats(observations, "candidate", experiment.candidate_label, experiment.candidate_version)])
+        variants=[variant_stats(observations, "control", experiment.control_label, experiment.control_version,
+                                prices),
+                  variant_stats(observations, "candidate", experiment.candidate_label, experiment.candidate_version,
+                                prices)])

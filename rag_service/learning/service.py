@@ -43,7 +43,7 @@ from rag_service.learning.candidates import (
     with_examples,
     worked_examples,
 )
-from rag_service.learning.report import report
+from rag_service.learning.report import Prices, report
 from rag_service.prompts.registry import validate_template
 from rag_service.review.service import ReviewService
 
@@ -108,9 +108,11 @@ def check_body(kind: PromptKind, name: str, body: str, parameters: dict[str, Any
 
 
 class PromptService:
-    def __init__(self, prompts: PromptRepository, experiments: ExperimentRepository) -> None:
+    def __init__(self, prompts: PromptRepository, experiments: ExperimentRepository,
+                 prices: Prices | None = None) -> None:
         self.prompts = prompts
         self.experiments = experiments
+        self.prices = prices or Prices()
 
     # --- the query path ----------------------------------------------------------------------------
 
@@ -207,7 +209,7 @@ class PromptService:
         is significantly worse is stopped here (the guardrail): reading the report is what applies
         it, and the query path reads no statistics."""
         experiment = await self.experiments.get(experiment_id)
-        result = report(experiment, await self.experiments.observations(experiment_id))
+        result = report(experiment, await self.experiments.observations(experiment_id), self.prices)
         if enforce and experiment.status == "running" and result.decision == "candidate_worse":
             stopped = await self.experiments.end(experiment_id, "stopped", f"guardrail: {result.decision_reason}")
             self.prompts.forget("prompt", experiment.name)

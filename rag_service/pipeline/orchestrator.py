@@ -68,7 +68,7 @@ from rag_service.pipeline.results import (
 )
 from rag_service.pipeline.retrieval.search import to_retrieval_request
 from rag_service.pipeline.router import route
-from rag_service.providers.llm import LLM
+from rag_service.providers.llm import LLM, metered
 from rag_service.scoring.evidence import ScoringInput
 from rag_service.text.citations import cited_numbers, drop_citations, verify_claims
 
@@ -276,6 +276,7 @@ class QueryPipeline:
         retrieve_ids = tuple(s.id for s in steps)
         context: list[Candidate] = []
         experiment: list[PromptChoice] = []  # the experiment's choice, when one chose the prompt
+        tokens: dict[str, int] = {}  # the generation's LLM tokens, failed attempts included
 
         def retrievals() -> list[RetrievalResult]:
             return [run.results[i] for i in retrieve_ids]
@@ -301,10 +302,11 @@ class QueryPipeline:
             # With nothing retrieved there is nothing for an LLM to read: the extractive generator says so.
             generator = self._generator if context else self._extractive
             chosen = await self._choose_prompt(generator.prompt_name, unit)
-            answer = await generator.generate(intent.question, intent.sub_questions, context,
-                                              tier=decision.route.tier, injection_flagged=injection,
-                                              retrieval_confidence=confidence, on_token=on_token,
-                                              prompt=chosen.version if chosen else None)
+            with metered(tokens):
+                answer = await generator.generate(intent.question, intent.sub_questions, context,
+                                                  tier=decision.route.tier, injection_flagged=injection,
+                                                  retrieval_confidence=confidence, on_token=on_token,
+                                                  prompt=chosen.version if chosen else None)
             if chosen is not None and chosen.experiment_id is not None:
                 experiment[:] = [chosen]
             return answer
@@ -330,6 +332,7 @@ class QueryPipeline:
         async def finish(answer: GeneratedAnswer) -> GeneratedAnswer:
             # The result is complete here, so persistence (next) stores what the caller gets.
             fill_answer(result, answer)
+            result.llm_tokens = dict(tokens) if tokens else None
             chosen = experiment[0] if experiment else None
             if chosen is not None:
                 # Every answer the experiment assigned counts in its arm, a fallback's too (intention

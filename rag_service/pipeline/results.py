@@ -106,7 +106,7 @@ def log_entry(request: QueryRequest, masked_question: str, result: QueryResult, 
             generator=result.generator or "none", model=result.model,
             prompt_name=(result.prompt or {}).get("name"), prompt_version=(result.prompt or {}).get("version"),
             experiment_id=(result.prompt or {}).get("experiment_id"), variant=(result.prompt or {}).get("variant"),
-            experiment_unit=(result.prompt or {}).get("unit"),
+            experiment_unit=(result.prompt or {}).get("unit"), llm_tokens=result.llm_tokens,
             timings=timings, context=context or [], held=bool(verdict and verdict.hold and verdict.needs_review),
         )
     return QueryLogEntry(

@@ -7,14 +7,42 @@ can fall back (and record why) instead of failing the request.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from typing import Literal, Protocol, runtime_checkable
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from rag_service.config import Settings
 from rag_service.errors import ProviderError
 
 Tier = Literal["simple", "moderate", "complex"]
 Message = dict[str, str]
+
+# The token counts of the calls made inside ``metered()`` (this task and the tasks it starts).
+_meter: ContextVar[dict[str, int] | None] = ContextVar("llm_token_meter", default=None)
+
+
+@contextmanager
+def metered(counts: dict[str, int] | None = None) -> Iterator[dict[str, int]]:
+    """Count the tokens of the LLM calls made inside into ``counts`` (a new dict by default):
+    ``{"prompt": n, "completion": m}`` as the server reported them (empty when it reported none).
+    Calls that fail later (a reply that does not parse) are counted too: they were paid for."""
+    counts = {} if counts is None else counts
+    token = _meter.set(counts)
+    try:
+        yield counts
+    finally:
+        _meter.reset(token)
+
+
+def _record(usage: Any) -> None:
+    counts = _meter.get()
+    if counts is None or usage is None:
+        return
+    for key, field in (("prompt", "prompt_tokens"), ("completion", "completion_tokens")):
+        value = getattr(usage, field, None)
+        if isinstance(value, int):
+            counts[key] = counts.get(key, 0) + value
 
 
 @runtime_checkable
@@ -58,6 +86,7 @@ class OpenAICompatibleLLM:
         except OpenAIError as exc:
             raise ProviderError(f"LLM request to {self._client.base_url} failed: {type(exc).__name__}: {exc}",
                                 stage="llm") from exc
+        _record(response.usage)
         if not response.choices or response.choices[0].message.content is None:
             raise ProviderError("LLM returned no content", stage="llm")
         return response.choices[0].message.content
@@ -70,9 +99,11 @@ class OpenAICompatibleLLM:
         try:
             response = await self._client.chat.completions.create(
                 model=self._models[tier], messages=list(messages), max_tokens=max_tokens, temperature=temperature,
-                stream=True, **extra,
+                # The last chunk then carries the token counts (OpenAI, vLLM, Ollama, llama.cpp).
+                stream=True, stream_options={"include_usage": True}, **extra,
             )
             async for chunk in response:
+                _record(getattr(chunk, "usage", None))
                 if chunk.choices and chunk.choices[0].delta.content:
                     yield chunk.choices[0].delta.content
         except OpenAIError as exc:

@@ -29,6 +29,7 @@ class Observation:
     decision: str | None  # approved | rejected | edited, once reviewed
     latency_ms: float | None
     generator: str
+    llm_tokens: dict[str, int] | None = None  # None: no LLM, or the server reported none
 
 
 def _experiment(row: Any) -> Experiment:
@@ -118,7 +119,7 @@ class ExperimentRepository:
             rows = (await conn.execute(text(
                 "SELECT a.variant, COALESCE(a.experiment_unit, CAST(a.id AS text)) AS unit, s.overall, s.metrics, "
                 "(r.id IS NOT NULL) AS queued, d.decision, (q.outcome <> 'no_answer') AS answered, "
-                "CAST(a.timings_ms ->> 'total' AS float8) AS latency_ms, a.generator FROM answers a "
+                "CAST(a.timings_ms ->> 'total' AS float8) AS latency_ms, a.generator, a.llm_tokens FROM answers a "
                 "LEFT JOIN LATERAL (SELECT overall, metrics FROM answer_scores WHERE query_id = a.query_id "
                 "ORDER BY (scorer = 'combined') DESC, id DESC LIMIT 1) s ON TRUE "
                 "JOIN queries q ON q.id = a.query_id LEFT JOIN review_items r ON r.query_id = a.query_id "
@@ -126,7 +127,7 @@ class ExperimentRepository:
                 "WHERE a.experiment_id = :id ORDER BY a.created_at, a.id"), {"id": experiment_id})).all()
         return [Observation(
             variant=r.variant, unit=r.unit, overall=r.overall, answered=r.answered, queued=r.queued,
-            decision=r.decision, latency_ms=r.latency_ms, generator=r.generator,
+            decision=r.decision, latency_ms=r.latency_ms, generator=r.generator, llm_tokens=r.llm_tokens,
             metrics={k: float(v["value"]) for k, v in (r.metrics or {}).items()
                      if isinstance(v, dict) and v.get("value") is not None})
             for r in rows]

@@ -61,12 +61,13 @@ class QueryLog:
             if entry.answer is not None:
                 await conn.execute(text(
                     "INSERT INTO answers (id, query_id, text, short_answer, citations, confidence, generator, model, "
-                    "prompt_name, prompt_version, experiment_id, variant, experiment_unit, timings_ms, context, held) "
-                    "VALUES (:id, :qid, :text, :short, :citations, :confidence, :generator, :model, :prompt_name, "
-                    ":prompt_version, :experiment_id, :variant, :experiment_unit, :timings, :context, :held)"
+                    "prompt_name, prompt_version, experiment_id, variant, experiment_unit, llm_tokens, timings_ms, "
+                    "context, held) VALUES (:id, :qid, :text, :short, :citations, :confidence, :generator, :model, "
+                    ":prompt_name, :prompt_version, :experiment_id, :variant, :experiment_unit, :llm_tokens, :timings, "
+                    ":context, :held)"
                 ).bindparams(
                         bindparam("citations", type_=JSONB), bindparam("timings", type_=JSONB),
-                        bindparam("context", type_=JSONB)),
+                        bindparam("context", type_=JSONB), bindparam("llm_tokens", type_=JSONB)),
                     {"id": uuid.uuid4(), "qid": entry.query_id, **entry.answer.model_dump()})
             if entry.evaluation is not None:
                 await save_scores(conn, entry.query_id, "local-v1", entry.evaluation)
