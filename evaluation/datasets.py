@@ -10,43 +10,30 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-from rag_service.errors import InvalidInputError
+from evaluation.records import (
+    DatasetError,
+    Digest,
+    check_unique,
+    content_version,
+    identifier,
+    is_int,
+    json_type,
+    optional_text,
+    read_json_lines,
+    read_lines,
+    require_file,
+    required_text,
+    string_list,
+)
 
 DatasetKind = Literal["beir", "qa", "golden"]
-VERSION_LENGTH = 16  # hex characters of the sha256 kept as the version: 64 bits, plenty for telling data apart
 SPEC_FORMS = "beir:DIR, qa:FILE or golden"
-INTEGER = re.compile(r"[+-]?[0-9]+")
-
-
-class Digest(Protocol):
-    """What the loaders need of a hashlib hash."""
-
-    def update(self, data: bytes, /) -> None: ...
-
-    def digest(self) -> bytes: ...
-
-
-class DatasetError(InvalidInputError):
-    """A dataset cannot be loaded. ``file``, ``line`` (1-based) and ``field`` say where, when known."""
-
-    def __init__(self, problem: str, *, file: str | Path | None = None, line: int | None = None,
-                 field: str | None = None, item: str | None = None) -> None:
-        self.problem = problem
-        self.file = str(file) if file is not None else None
-        self.line = line
-        self.field = field
-        self.item = item
-        place = " ".join(part for part in (self.file, f"line {line}" if line else None, item) if part)
-        if field:
-            place = f"{place}, field {field!r}" if place else f"field {field!r}"
-        super().__init__(f"{place}: {problem}" if place else problem)
 
 
 @dataclass(frozen=True)
@@ -106,8 +93,8 @@ def load_beir(directory: str | Path, split: str = "test") -> Dataset:
     corpus_path, queries_path = root / "corpus.jsonl", root / "queries.jsonl"
     qrels_path = root / "qrels" / f"{split}.tsv"
     # Every file is checked before the corpus is parsed, so a wrong path or split fails at once.
-    _require_file(corpus_path, "the BEIR corpus, one JSON document per line")
-    _require_file(queries_path, "the BEIR queries, one JSON query per line")
+    require_file(corpus_path, "the BEIR corpus, one JSON document per line")
+    require_file(queries_path, "the BEIR queries, one JSON query per line")
     if not qrels_path.is_file():
         raise DatasetError(f"no such file, so no judgements for split {split!r}; {_splits_hint(root)}",
                            file=qrels_path)
@@ -121,7 +108,7 @@ def load_beir(directory: str | Path, split: str = "test") -> Dataset:
         raise DatasetError(f"no judgements for split {split!r}: the file has no qrels lines; {_splits_hint(root)}",
                            file=qrels_path)
     items = tuple(RetrievalItem(id=qid, query=queries[qid], relevant=relevant) for qid, relevant in judged.items())
-    version = _version("beir", [("corpus", corpus_digest), ("queries", queries_digest), ("qrels", qrels_digest)])
+    version = content_version("beir", [("corpus", corpus_digest), ("queries", queries_digest), ("qrels", qrels_digest)])
     return Dataset(kind="beir", name=root.resolve().name, version=version, split=split, items=items,
                    corpus=corpus, source=str(root))
 
@@ -129,11 +116,11 @@ def load_beir(directory: str | Path, split: str = "test") -> Dataset:
 def _corpus(path: Path, digest: Digest) -> tuple[CorpusDocument, ...]:
     documents: list[CorpusDocument] = []
     first_line: dict[str, int] = {}
-    for number, row in _json_lines(path, digest):
-        doc_id = _identifier(row, "_id", path, number, "every corpus document needs an _id")
-        _unique(doc_id, number, first_line, path, "_id", "document")
-        title = _optional_text(row, "title", path, number)
-        text = _optional_text(row, "text", path, number)
+    for number, row in read_json_lines(path, digest):
+        doc_id = identifier(row, "_id", path, number, "every corpus document needs an _id")
+        check_unique(doc_id, number, first_line, path, "_id", "document")
+        title = optional_text(row, "title", path, number)
+        text = optional_text(row, "text", path, number)
         if not title.strip() and not text.strip():
             raise DatasetError("empty, and the title is empty too; a document needs a title or a text",
                                file=path, line=number, field="text")
@@ -141,7 +128,7 @@ def _corpus(path: Path, digest: Digest) -> tuple[CorpusDocument, ...]:
         if metadata is None:
             metadata = {}
         elif not isinstance(metadata, dict):
-            raise DatasetError(f"expected a JSON object (or no metadata), got {_json_type(metadata)}",
+            raise DatasetError(f"expected a JSON object (or no metadata), got {json_type(metadata)}",
                                file=path, line=number, field="metadata")
         documents.append(CorpusDocument(id=doc_id, title=title or None, text=text, metadata=metadata))
     if not documents:
@@ -152,10 +139,10 @@ def _corpus(path: Path, digest: Digest) -> tuple[CorpusDocument, ...]:
 def _queries(path: Path, digest: Digest) -> dict[str, str]:
     queries: dict[str, str] = {}
     first_line: dict[str, int] = {}
-    for number, row in _json_lines(path, digest):
-        qid = _identifier(row, "_id", path, number, "every query needs an _id")
-        _unique(qid, number, first_line, path, "_id", "query")
-        queries[qid] = _required_text(row, "text", path, number, "the query text")
+    for number, row in read_json_lines(path, digest):
+        qid = identifier(row, "_id", path, number, "every query needs an _id")
+        check_unique(qid, number, first_line, path, "_id", "query")
+        queries[qid] = required_text(row, "text", path, number, "the query text")
     if not queries:
         raise DatasetError("no queries; the file needs at least one JSON line", file=path)
     return queries
@@ -167,12 +154,12 @@ def _qrels(path: Path, digest: Digest, queries_path: Path, queries: Mapping[str,
     judged: dict[str, dict[str, int]] = {}
     pair_line: dict[tuple[str, str], int] = {}
     first = True
-    for number, text in _lines(path, digest):
+    for number, text in read_lines(path, digest):
         if not text.strip():
             continue
         columns = text.split("\t")
         # BEIR writes a header (query-id, corpus-id, score); a first line whose score is no integer is one.
-        if first and len(columns) == 3 and not _is_int(columns[2]):
+        if first and len(columns) == 3 and not is_int(columns[2]):
             first = False
             continue
         first = False
@@ -185,7 +172,7 @@ def _qrels(path: Path, digest: Digest, queries_path: Path, queries: Mapping[str,
             if not value:
                 raise DatasetError("empty; every qrels line names a query and a document", file=path, line=number,
                                    field=name)
-        if not _is_int(score):
+        if not is_int(score):
             raise DatasetError(f"{score!r} is not an integer; relevance is a whole number (0 = not relevant)",
                                file=path, line=number, field="score")
         if qid not in queries:
@@ -219,28 +206,28 @@ def load_qa(path: str | Path) -> Dataset:
     strings) or ``context`` (one string, as SQuAD and XQuAD have it); optional ``id`` (else the
     line number). Other fields are ignored. The version hashes the file's bytes."""
     file = Path(path)
-    _require_file(file, "a question/answer JSONL file")
+    require_file(file, "a question/answer JSONL file")
     digest = hashlib.sha256()
     items: list[QAItem] = []
     first_line: dict[str, int] = {}
-    for number, row in _json_lines(file, digest):
+    for number, row in read_json_lines(file, digest):
         item = _qa_item(row, file, number)
-        _unique(item.id, number, first_line, file, "id", "question")
+        check_unique(item.id, number, first_line, file, "id", "question")
         items.append(item)
     if not items:
         raise DatasetError("no questions; the file needs at least one JSON line with a question", file=file)
-    return Dataset(kind="qa", name=file.stem, version=_version("qa", [("file", digest)]), split=None,
+    return Dataset(kind="qa", name=file.stem, version=content_version("qa", [("file", digest)]), split=None,
                    items=tuple(items), corpus=None, source=str(file))
 
 
 def _qa_item(row: Mapping[str, Any], file: Path, number: int) -> QAItem:
-    question = _required_text(row, "question", file, number, "the question to ask")
+    question = required_text(row, "question", file, number, "the question to ask")
     has_answers, has_reference = row.get("answers") is not None, row.get("reference") is not None
     if has_answers and has_reference:
         raise DatasetError("given together with answers; give answers or reference, not both", file=file,
                            line=number, field="reference")
     if has_reference:
-        answers: tuple[str, ...] = (_required_text(row, "reference", file, number, "the reference answer"),)
+        answers: tuple[str, ...] = (required_text(row, "reference", file, number, "the reference answer"),)
     elif has_answers:
         answers = _answers(row["answers"], file, number)
     else:
@@ -250,10 +237,10 @@ def _qa_item(row: Mapping[str, Any], file: Path, number: int) -> QAItem:
         raise DatasetError("given together with contexts; give contexts (a list) or context (a string), not both",
                            file=file, line=number, field="context")
     if row.get("context") is not None:
-        contexts: tuple[str, ...] = (_required_text(row, "context", file, number, "the reference passage"),)
+        contexts: tuple[str, ...] = (required_text(row, "context", file, number, "the reference passage"),)
     else:
-        contexts = _strings(row.get("contexts", []), "contexts", file, number, allow_empty_list=True)
-    item_id = _identifier(row, "id", file, number, "") if row.get("id") is not None else str(number)
+        contexts = string_list(row.get("contexts", []), "contexts", file, number, allow_empty_list=True)
+    item_id = identifier(row, "id", file, number, "") if row.get("id") is not None else str(number)
     return QAItem(id=item_id, question=question, answers=answers, contexts=contexts)
 
 
@@ -262,11 +249,11 @@ def _answers(value: Any, file: Path, number: int) -> tuple[str, ...]:
         if "text" not in value:
             raise DatasetError('missing; SQuAD-style answers are {"text": ["..."]}', file=file, line=number,
                                field="answers.text")
-        return _strings(value["text"], "answers.text", file, number)
+        return string_list(value["text"], "answers.text", file, number)
     if isinstance(value, str):
         raise DatasetError("expected a list of strings, got a string; write [\"...\"] or use reference for a single "
                            "answer", file=file, line=number, field="answers")
-    return _strings(value, "answers", file, number)
+    return string_list(value, "answers", file, number)
 
 
 # --- golden items ---------------------------------------------------------------------------------
@@ -293,7 +280,7 @@ def golden_dataset(rows: Iterable[Mapping[str, Any]]) -> Dataset:
             value = row.get(name)
             if not isinstance(value, str) or not value.strip():
                 problem = "missing" if value is None else (
-                    "empty" if isinstance(value, str) else f"expected a string, got {_json_type(value)}")
+                    "empty" if isinstance(value, str) else f"expected a string, got {json_type(value)}")
                 raise DatasetError(problem, item=where, field=name)
             record[name] = value
         citations = row.get("citations") if row.get("citations") is not None else []
@@ -302,7 +289,7 @@ def golden_dataset(rows: Iterable[Mapping[str, Any]]) -> Dataset:
         record["citations"] = [dict(citation) for citation in citations]
         for position, citation in enumerate(record["citations"]):
             if citation.get("quote") is not None and not isinstance(citation["quote"], str):
-                raise DatasetError(f"expected a string, got {_json_type(citation['quote'])}", item=where,
+                raise DatasetError(f"expected a string, got {json_type(citation['quote'])}", item=where,
                                    field=f"citations[{position}].quote")
         records[item_id] = record
     if not records:
@@ -318,8 +305,9 @@ def golden_dataset(rows: Iterable[Mapping[str, Any]]) -> Dataset:
     items = tuple(QAItem(id=record["id"], question=record["question"], answers=(record["answer"],),
                          contexts=tuple(c["quote"] for c in record["citations"] if c.get("quote")),
                          collection=record["collection"]) for record in ordered)
-    return Dataset(kind="golden", name="golden", version=_version("golden", [("items", hashlib.sha256(canonical))]),
-                   split=None, items=items, corpus=None, source="golden_items")
+    version = content_version("golden", [("items", hashlib.sha256(canonical))])
+    return Dataset(kind="golden", name="golden", version=version, split=None, items=items, corpus=None,
+                   source="golden_items")
 
 
 def _uuid_to_str(value: object) -> str:
@@ -353,125 +341,3 @@ def parse_dataset_spec(spec: str) -> tuple[DatasetKind, Path | None]:
         hint = f" (did you mean qa:{spec.strip()}?)" if spec.strip().endswith((".jsonl", ".json")) else (
             f" (did you mean beir:{spec.strip()}?)" if "/" in spec else "")
     raise DatasetError(f"unknown dataset {spec!r}; give {SPEC_FORMS}{hint}", field="--dataset")
-
-
-# --- reading and checking -------------------------------------------------------------------------
-
-
-def _version(kind: str, parts: Iterable[tuple[str, Digest]]) -> str:
-    """Each part is a sha256 of one file's (or the rows') bytes; fixed-size digests behind labels keep
-    the parts from running into each other, and the kind keeps a QA file from matching a golden set."""
-    outer = hashlib.sha256(kind.encode() + b"\n")
-    for label, digest in parts:
-        outer.update(label.encode() + b"\n" + digest.digest())
-    return outer.hexdigest()[:VERSION_LENGTH]
-
-
-def _require_file(path: Path, what: str) -> None:
-    if not path.is_file():
-        problem = "is a directory" if path.is_dir() else "no such file"
-        raise DatasetError(f"{problem}; expected {what} at this path", file=path)
-
-
-def _lines(path: Path, digest: Digest) -> Iterator[tuple[int, str]]:
-    """The decoded lines of a file with 1-based numbers, streamed; every byte read feeds ``digest``,
-    so the version costs no second pass."""
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            digest.update(raw)
-            try:
-                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                raise DatasetError(f"not valid UTF-8 (byte {exc.start + 1} of the line); convert the file to UTF-8",
-                                   file=path, line=number) from None
-            yield number, text.rstrip("\r\n")
-
-
-def _json_lines(path: Path, digest: Digest) -> Iterator[tuple[int, dict[str, Any]]]:
-    for number, text in _lines(path, digest):
-        if not text.strip():
-            continue
-        try:
-            row = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"not valid JSON ({exc.msg}, column {exc.colno}); each line must be one JSON object",
-                               file=path, line=number) from None
-        if not isinstance(row, dict):
-            raise DatasetError(f"expected a JSON object, got {_json_type(row)}", file=path, line=number)
-        yield number, row
-
-
-def _required_text(row: Mapping[str, Any], key: str, file: Path, number: int, what: str) -> str:
-    value = row.get(key)
-    if value is None:
-        raise DatasetError(f"missing; give {what} as a string", file=file, line=number, field=key)
-    if not isinstance(value, str):
-        raise DatasetError(f"expected a string, got {_json_type(value)}", file=file, line=number, field=key)
-    if not value.strip():
-        raise DatasetError(f"empty; give {what}", file=file, line=number, field=key)
-    return value
-
-
-def _optional_text(row: Mapping[str, Any], key: str, file: Path, number: int) -> str:
-    value = row.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise DatasetError(f"expected a string, got {_json_type(value)}", file=file, line=number, field=key)
-    return value
-
-
-def _identifier(row: Mapping[str, Any], key: str, file: Path, number: int, why: str) -> str:
-    """Ids are strings; integers are taken as their decimal text, as BEIR tools do."""
-    value = row.get(key)
-    if value is None:
-        raise DatasetError(f"missing; {why}", file=file, line=number, field=key)
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise DatasetError(f"expected a string, got {_json_type(value)}", file=file, line=number, field=key)
-    text = str(value)
-    if not text.strip():
-        raise DatasetError("empty; ids must be non-empty strings", file=file, line=number, field=key)
-    return text
-
-
-def _strings(value: Any, key: str, file: Path, number: int, *, allow_empty_list: bool = False) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        raise DatasetError(f"expected a list of strings, got {_json_type(value)}", file=file, line=number, field=key)
-    if not value and not allow_empty_list:
-        raise DatasetError("empty; give at least one", file=file, line=number, field=key)
-    for position, element in enumerate(value):
-        if not isinstance(element, str):
-            raise DatasetError(f"expected a string, got {_json_type(element)}", file=file, line=number,
-                               field=f"{key}[{position}]")
-        if not element.strip():
-            raise DatasetError("empty string; remove it or fill it in", file=file, line=number,
-                               field=f"{key}[{position}]")
-    return tuple(value)
-
-
-def _unique(key: str, number: int, first_line: dict[str, int], file: Path, field_name: str, what: str) -> None:
-    if key in first_line:
-        raise DatasetError(f"{key!r} is also the {field_name} of the {what} on line {first_line[key]}; ids must be "
-                           f"unique", file=file, line=number, field=field_name)
-    first_line[key] = number
-
-
-def _is_int(text: str) -> bool:
-    # Stricter than int(), which also takes "1_0" and non-ASCII digits.
-    return INTEGER.fullmatch(text.strip()) is not None
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list | tuple):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
