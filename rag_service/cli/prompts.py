@@ -1,5 +1,5 @@
-"""``ragsvc prompts ...``, ``ragsvc guidelines ...`` and ``ragsvc experiments ...``: versions and
-labels with their audit, candidates from reviews, experiments and promotion, from the terminal.
+"""``ragsvc prompts ...`` and ``ragsvc guidelines ...``: versions and labels with their audit, and
+candidates from reviews, from the terminal (experiments: ``experiments.py``).
 
 Like ``ragsvc review``, the CLI acts as the local operator (an admin) unless ``--key`` names an
 API key, which must have the admin role to write (reads need reviewer).
@@ -8,7 +8,6 @@ API key, which must have the admin role to write (reads need reviewer).
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -22,7 +21,6 @@ from rag_service.domain import Caller, Role
 from rag_service.domain.prompts import (
     GUIDELINES_NAME,
     PRODUCTION,
-    ExperimentRequest,
     NewVersionRequest,
     PromptKind,
 )
@@ -37,29 +35,26 @@ prompts_app = typer.Typer(help="Prompt versions and labels: list, show, diff, cr
                           no_args_is_help=True)
 guidelines_app = typer.Typer(help="The router's guideline versions and labels: list, show, diff, create, label, "
                                   "rollback.", no_args_is_help=True)
-experiments_app = typer.Typer(help="Experiments between two labels of a prompt: start, list, report, stop, promote.",
-                              no_args_is_help=True)
 app.add_typer(prompts_app, name="prompts")
 app.add_typer(guidelines_app, name="guidelines")
-app.add_typer(experiments_app, name="experiments")
 
 
 NameArg = Annotated[str, typer.Argument(help="The prompt's name, e.g. answer_extractive.")]
 
 
-def _run(key: str | None, needs: Role, work: Callable[[Runtime, Caller], Awaitable[Any]]) -> Any:
+def run_as(key: str | None, needs: Role, work: Callable[[Runtime, Caller], Awaitable[Any]]) -> Any:
+    """``work`` run as the caller ``key`` names (which must hold ``needs``), its result as JSON data."""
     async def run(runtime: Runtime) -> Any:
-        result = await work(runtime, await acting_as(runtime, key, needs))
-        return result.model_dump(mode="json") if hasattr(result, "model_dump") else result
+        return json_data(await work(runtime, await acting_as(runtime, key, needs)))
 
     return run_with_runtime(run)
 
 
-def _dump(value: Any) -> Any:
+def json_data(value: Any) -> Any:
     if hasattr(value, "model_dump"):
         return value.model_dump(mode="json")
     if isinstance(value, list):
-        return [_dump(v) for v in value]
+        return [json_data(v) for v in value]
     return value
 
 
@@ -90,7 +85,7 @@ def _register(typer_app: typer.Typer, kind: PromptKind) -> None:
     @handle_errors
     def list_(key: KeyOption = None, as_json: JsonFlag = False) -> None:
         """Every versioned prompt (or the guidelines) with its labels."""
-        found = _run(key, "reviewer", lambda rt, _: _as_list(rt.prompt_repository.summaries(kind)))
+        found = run_as(key, "reviewer", lambda rt, _: _as_list(rt.prompt_repository.summaries(kind)))
         if as_json:
             emit_json({"data": found})
             return
@@ -101,9 +96,9 @@ def _register(typer_app: typer.Typer, kind: PromptKind) -> None:
     def versions_(name: str, limit: int, key: str | None, as_json: bool) -> None:
         async def work(rt: Runtime, _: Caller) -> dict[str, Any]:
             data, count = await rt.prompt_repository.versions(kind, name, limit=limit)
-            return {"data": _dump(data), "count": count}
+            return {"data": json_data(data), "count": count}
 
-        found = _run(key, "reviewer", work)
+        found = run_as(key, "reviewer", work)
         if as_json:
             emit_json(found)
         else:
@@ -115,7 +110,7 @@ def _register(typer_app: typer.Typer, kind: PromptKind) -> None:
                 return await rt.prompt_repository.by_label(kind, name, PRODUCTION)
             return await rt.prompt_repository.version(kind, name, version)
 
-        found = _run(key, "reviewer", work)
+        found = run_as(key, "reviewer", work)
         if as_json:
             emit_json(found)
             return
@@ -125,7 +120,7 @@ def _register(typer_app: typer.Typer, kind: PromptKind) -> None:
         typer.echo(found["body"])
 
     def diff_(name: str, old: int, new: int, key: str | None, as_json: bool) -> None:
-        found = _run(key, "reviewer", lambda rt, _: rt.prompts.diff(kind, name, old, new))
+        found = run_as(key, "reviewer", lambda rt, _: rt.prompts.diff(kind, name, old, new))
         if as_json:
             emit_json(found)
             return
@@ -141,7 +136,7 @@ def _register(typer_app: typer.Typer, kind: PromptKind) -> None:
             raise InvalidInputError(f"--parameters must be a JSON object: {exc}") from None
         request = validated(lambda: NewVersionRequest(body=_read_body(body_file), parameters=params,
                                                       parent_version=parent, note=note, label=label))
-        found = _run(key, "admin", lambda rt, caller: rt.prompts.create(caller, kind, name, request))
+        found = run_as(key, "admin", lambda rt, caller: rt.prompts.create(caller, kind, name, request))
         if as_json:
             emit_json(found)
         else:
@@ -149,14 +144,15 @@ def _register(typer_app: typer.Typer, kind: PromptKind) -> None:
                          + (f" (label {label})" if label else ""), highlight=False)
 
     def label_(name: str, label: str, version: int, reason: str | None, key: str | None, as_json: bool) -> None:
-        found = _run(key, "admin", lambda rt, caller: rt.prompts.move_label(caller, kind, name, label, version, reason))
+        found = run_as(key, "admin",
+                       lambda rt, caller: rt.prompts.move_label(caller, kind, name, label, version, reason))
         if as_json:
             emit_json(found)
         else:
             stderr.print(f"{name}: {label} {found['from_version']} -> {found['to_version']}", highlight=False)
 
     def rollback_(name: str, label: str, reason: str | None, key: str | None, as_json: bool) -> None:
-        found = _run(key, "admin", lambda rt, caller: rt.prompts.rollback(caller, kind, name, label, reason))
+        found = run_as(key, "admin", lambda rt, caller: rt.prompts.rollback(caller, kind, name, label, reason))
         if as_json:
             emit_json(found)
         else:
@@ -164,7 +160,7 @@ def _register(typer_app: typer.Typer, kind: PromptKind) -> None:
                          highlight=False)
 
     def history_(name: str, label: str | None, key: str | None, as_json: bool) -> None:
-        found = _run(key, "reviewer", lambda rt, _: _as_list(rt.prompt_repository.moves(kind, name, label)))
+        found = run_as(key, "reviewer", lambda rt, _: _as_list(rt.prompt_repository.moves(kind, name, label)))
         if as_json:
             emit_json({"data": found})
             return
@@ -288,7 +284,7 @@ def _register(typer_app: typer.Typer, kind: PromptKind) -> None:
 
 
 async def _as_list(awaitable: Awaitable[list[Any]]) -> list[Any]:
-    return _dump(await awaitable)
+    return json_data(await awaitable)
 
 
 _register(prompts_app, "prompt")
@@ -303,118 +299,9 @@ def propose(name: Annotated[str, typer.Argument(help="The prompt, e.g. answer_co
                                                        "the reviewers' feedback.")] = True,
             key: KeyOption = None, as_json: JsonFlag = False) -> None:
     """Build a candidate version (label candidate) from the last reviews of this prompt's answers."""
-    found = _run(key, "admin", lambda rt, caller: rt.learning.propose(caller, name, last=last, rewrite=rewrite))
+    found = run_as(key, "admin", lambda rt, caller: rt.learning.propose(caller, name, last=last, rewrite=rewrite))
     if as_json:
         emit_json(found)
     else:
         stderr.print(f"{name}: candidate version {found['version']} ({found['source']}; {found['note']}) from "
                      f"{len(found['review_ids'])} reviews", highlight=False)
-
-
-# --- experiments ---------------------------------------------------------------------------------
-
-@experiments_app.command("start")
-@handle_errors
-def experiment_start(name: Annotated[str, typer.Argument(help="The prompt, e.g. answer_extractive.")],
-                     control: Annotated[str, typer.Option(help="The control label.")] = PRODUCTION,
-                     candidate: Annotated[str, typer.Option(help="The candidate label.")] = "candidate",
-                     share: Annotated[float, typer.Option(help="The candidate's share of traffic.")] = 0.5,
-                     alpha: Annotated[float, typer.Option(help="Error rate of the sequential test.")] = 0.05,
-                     note: Annotated[str | None, typer.Option()] = None,
-                     key: KeyOption = None, as_json: JsonFlag = False) -> None:
-    """Send a share of traffic to the candidate label's version (sticky per conversation or key)."""
-    request = validated(lambda: ExperimentRequest(name=name, control_label=control, candidate_label=candidate,
-                                                  share=share, alpha=alpha, note=note))
-    found = _run(key, "admin", lambda rt, caller: rt.prompts.start_experiment(caller, request))
-    if as_json:
-        emit_json(found)
-    else:
-        typer.echo(found["id"])
-        stderr.print(f"{name}: v{found['control_version']} ({control}) vs v{found['candidate_version']} "
-                     f"({candidate}), {share:.0%} to the candidate", highlight=False)
-
-
-@experiments_app.command("list")
-@handle_errors
-def experiment_list(name: Annotated[str | None, typer.Option()] = None, key: KeyOption = None,
-                    as_json: JsonFlag = False) -> None:
-    """Experiments, newest first."""
-
-    async def work(rt: Runtime, _: Caller) -> dict[str, Any]:
-        data, count = await rt.prompts.experiments.list(name)
-        return {"data": _dump(data), "count": count}
-
-    found = _run(key, "reviewer", work)
-    if as_json:
-        emit_json(found)
-        return
-    for e in found["data"]:
-        typer.echo(f"{e['id']} {e['name']} v{e['control_version']} vs v{e['candidate_version']} {e['status']}"
-                   + (f": {e['stop_reason']}" if e["stop_reason"] else ""))
-
-
-@experiments_app.command("report")
-@handle_errors
-def experiment_report(experiment_id: Annotated[uuid.UUID, typer.Argument()], key: KeyOption = None,
-                      as_json: JsonFlag = False) -> None:
-    """Per-variant statistics, the always-valid tests and the decision (applies the guardrail)."""
-    found = _run(key, "reviewer", lambda rt, _: rt.prompts.experiment_report(experiment_id))
-    if as_json:
-        emit_json(found)
-        return
-    console = Console()
-    table = Table(title=f"experiment {experiment_id} ({found['experiment']['status']})")
-    for column in ("variant", "version", "answers", "overall", "review rate", "approval", "p50 ms", "p95 ms"):
-        table.add_column(column)
-    for v in found["variants"]:
-        table.add_row(v["variant"], str(v["version"]), str(v["answers"]), _num(v["overall_mean"]),
-                      _num(v["review_rate"]), _num(v["approval_rate"]), _num(v["latency_ms_p50"], 0),
-                      _num(v["latency_ms_p95"], 0))
-    console.print(table)
-    tests = Table(title="always-valid tests (mixture SPRT)")
-    for column in ("metric", "difference", "confidence sequence", "p", "verdict"):
-        tests.add_column(column)
-    for c in found["comparisons"]:
-        tests.add_row(c["metric"], _num(c["difference"], 3), f"[{_num(c['lower'], 3)}, {_num(c['upper'], 3)}]",
-                      f"{c['p_value']:.4f}", c["verdict"])
-    console.print(tests)
-    console.print(f"decision: {found['decision']}: {found['decision_reason']}", highlight=False)
-
-
-def _num(value: float | None, digits: int = 2) -> str:
-    return "n/a" if value is None else f"{value:.{digits}f}"
-
-
-@experiments_app.command("stop")
-@handle_errors
-def experiment_stop(experiment_id: Annotated[uuid.UUID, typer.Argument()],
-                    reason: Annotated[str | None, typer.Option()] = None,
-                    key: KeyOption = None, as_json: JsonFlag = False) -> None:
-    """Stop an experiment; all traffic returns to the control label."""
-    found = _run(key, "admin", lambda rt, caller: rt.prompts.stop_experiment(caller, experiment_id, reason))
-    if as_json:
-        emit_json(found)
-    else:
-        stderr.print(f"stopped {experiment_id}", highlight=False)
-
-
-@experiments_app.command("promote")
-@handle_errors
-def experiment_promote(experiment_id: Annotated[uuid.UUID, typer.Argument()],
-                       force: Annotated[bool, typer.Option("--force", help="Promote although the candidate has not "
-                                                                           "won (recorded in the audit).")] = False,
-                       reason: Annotated[str | None, typer.Option()] = None,
-                       key: KeyOption = None, as_json: JsonFlag = False) -> None:
-    """Move production to the candidate's version when it has won (or with --force)."""
-
-    async def work(rt: Runtime, caller: Caller) -> dict[str, Any]:
-        move, report = await rt.prompts.promote(caller, experiment_id, force=force, reason=reason)
-        return {"move": _dump(move), "report": _dump(report)}
-
-    found = _run(key, "admin", work)
-    if as_json:
-        emit_json(found)
-    else:
-        move = found["move"]
-        stderr.print(f"{move['name']}: production {move['from_version']} -> {move['to_version']}"
-                     + (" (forced)" if move["forced"] else ""), highlight=False)
