@@ -14,9 +14,8 @@ is below the candidate's share. So:
 from __future__ import annotations
 
 import hashlib
-from typing import Literal
 
-Variant = Literal["control", "candidate"]
+from rag_service.domain.prompts import Variant
 
 
 def bucket(experiment_id: str, unit: str) -> float:

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from rag_service.db.repos.experiments import ExperimentRepository
+from rag_service.db.repos.guidelines import GuidelineRepository
 from rag_service.db.repos.prompts import PromptRepository
 from rag_service.domain import Caller, GuidelineSet
 from rag_service.domain.prompts import (
@@ -184,8 +185,7 @@ class PromptService:
                           parameters_changed=changed_parameters(a.parameters, b.parameters))
 
     async def guidelines(self) -> tuple[int, GuidelineSet]:
-        version = await self.prompts.by_label("guidelines", GUIDELINES_NAME, PRODUCTION)
-        return version.version, GuidelineSet.model_validate_json(version.body)
+        return await GuidelineRepository(self.prompts).current()
 
     # --- experiments ----------------------------------------------------------------------------------
 
@@ -255,7 +255,7 @@ class PromptService:
                                              # the label's row lock; 409 otherwise).
                                              expected_from=experiment.control_version)
         # After the move (which may refuse): marking works whether or not it still runs.
-        await self.experiments.mark(experiment_id, "promoted", why)
+        await self.experiments.end(experiment_id, "promoted", why, running_only=False)
         self.prompts.forget("prompt", experiment.name)
         return move, await self.experiment_report(experiment_id, enforce=False)
 

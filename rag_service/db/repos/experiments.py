@@ -60,30 +60,22 @@ class ExperimentRepository:
             await notify(conn, "prompt", request.name)
         return _experiment(row)
 
-    async def end(self, experiment_id: uuid.UUID, status: str, reason: str) -> Experiment:
-        """Stop a running experiment (``stopped`` by the guardrail or a person, ``promoted``,
-        ``ended``); traffic goes back to the control label at once."""
+    async def end(self, experiment_id: uuid.UUID, status: str, reason: str, *, running_only: bool = True
+                  ) -> Experiment:
+        """End an experiment (``stopped`` by the guardrail or a person, ``promoted``, ``ended``);
+        traffic goes back to the control label at once. ``running_only``: a 409 unless it is still
+        running; otherwise (promoting after a stop) the outcome and its reason are added to what is
+        recorded."""
+        guard = "AND status = 'running'" if running_only else ""
         async with self._db.begin() as conn:
             row = (await conn.execute(text(
-                "UPDATE experiments SET status = :status, stop_reason = :reason, ended_at = now() "
-                f"WHERE id = :id AND status = 'running' RETURNING {_EXPERIMENT}"),
+                "UPDATE experiments SET status = :status, stop_reason = COALESCE(stop_reason || '; ', '') || :reason, "
+                f"ended_at = COALESCE(ended_at, now()) WHERE id = :id {guard} RETURNING {_EXPERIMENT}"),
                 {"id": experiment_id, "status": status, "reason": reason})).first()
             if row is None:
                 await self.get(experiment_id)  # NotFoundError when it does not exist
                 raise ConflictError(f"experiment {experiment_id} is not running",
                                     fields={"experiment_id": str(experiment_id)})
-            await notify(conn, "prompt", row.name)
-        return _experiment(row)
-
-    async def mark(self, experiment_id: uuid.UUID, status: str, reason: str) -> Experiment:
-        """Record how an experiment that has already stopped ended (e.g. promoted afterwards)."""
-        async with self._db.begin() as conn:
-            row = (await conn.execute(text(
-                "UPDATE experiments SET status = :status, stop_reason = COALESCE(stop_reason || '; ', '') || :reason, "
-                f"ended_at = COALESCE(ended_at, now()) WHERE id = :id RETURNING {_EXPERIMENT}"),
-                {"id": experiment_id, "status": status, "reason": reason})).first()
-            if row is None:
-                raise NotFoundError(f"no experiment {experiment_id}")
             await notify(conn, "prompt", row.name)
         return _experiment(row)
 
