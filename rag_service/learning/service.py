@@ -277,7 +277,10 @@ class LearningReviews:
         item = await self.reviews.get(caller, review_id)
         guidelines = None
         if request.corrected_prompt and item.prompt_name:
-            check_body("prompt", item.prompt_name, request.corrected_prompt, {})
+            try:
+                check_body("prompt", item.prompt_name, request.corrected_prompt, {})
+            except InvalidInputError as exc:
+                raise InvalidInputError(f"corrected prompt: {exc.message}") from exc
         if request.corrected_routing:
             _, current = await self.prompts.guidelines()
             try:

@@ -15,7 +15,6 @@ from pydantic import ValidationError
 from rag_service.domain import METRICS, REVIEW_STATUSES, DecisionKind, ReviewCategory
 from rag_service.domain.review import ReviewDecisionRequest, ReviewFilters, ReviewItemDetail
 from rag_service.errors import InvalidInputError, RagServiceError
-from rag_service.prompts.registry import validate_template
 from rag_service.web.markup import highlighted, linked_answer
 from rag_service.web.pages import ConsolePage, invalid, redirect, render
 from rag_service.web.sessions import FormSessionDep, SessionDep, runtime
@@ -99,14 +98,7 @@ def _decision(form: dict[str, str]) -> ReviewDecisionRequest:
                                     f"column {exc.colno}); e.g. {{\"guideline\": \"exact-lookup\"}}") from exc
         if not isinstance(routing, dict):
             raise InvalidInputError('corrected routing must be a JSON object, e.g. {"guideline": "exact-lookup"}')
-    prompt = _blank(form["corrected_prompt"])
-    if prompt is not None:
-        # Checked before deciding: the service records the decision first and would refuse the
-        # template after it, losing the correction.
-        try:
-            validate_template(prompt)
-        except ValueError as exc:
-            raise InvalidInputError(f"corrected prompt: {exc}") from exc
+    prompt = _blank(form["corrected_prompt"])  # checked by the service before anything is stored
     try:
         return ReviewDecisionRequest(
             decision=form["decision"], category=form["category"], feedback=_blank(form["feedback"]),
