@@ -36,9 +36,21 @@ log = logging.getLogger(__name__)
 
 TASK_NAME = "ingest"
 QUEUE = "ingest"
-# Tasks are registered once, on this connector-less template; each database gets a copy through
-# ``with_connector`` (registering a blueprint on several apps renames its tasks every time).
-_TEMPLATE = App(connector=PsycopgConnector())
+# Tasks are registered once, on this connector-less template (other job kinds, e.g. eval runs,
+# register theirs here too); each database gets a copy through ``with_connector`` (registering a
+# blueprint on several apps renames its tasks every time).
+TASKS = App(connector=PsycopgConnector())
+
+
+@dataclass(frozen=True)
+class QueueConsumer:
+    """Another kind of job a worker runs besides ingestion: its queue and task, and what its task
+    finds in procrastinate's context under ``context_key``."""
+
+    queue: str
+    task_name: str
+    context_key: str
+    context: Any
 
 
 @dataclass(frozen=True)
@@ -132,7 +144,7 @@ def _as_upload(doc: LoadedDocument, upload: Upload) -> LoadedDocument:
     return doc
 
 
-@_TEMPLATE.task(name=TASK_NAME, queue=QUEUE, pass_context=True)
+@TASKS.task(name=TASK_NAME, queue=QUEUE, pass_context=True)
 async def ingest_task(context: JobContext, job_id: str) -> None:
     deps: JobDeps = context.additional_context["ingest"]
     await run_job(uuid.UUID(job_id), deps.jobs, deps.make_ingestor)
@@ -140,7 +152,7 @@ async def ingest_task(context: JobContext, job_id: str) -> None:
 
 def make_queue(url: str) -> App:
     """A procrastinate App on the service's database (psycopg 3 pool)."""
-    return _TEMPLATE.with_connector(PsycopgConnector(conninfo=libpq_conninfo(url), min_size=1, max_size=4))
+    return TASKS.with_connector(PsycopgConnector(conninfo=libpq_conninfo(url), min_size=1, max_size=4))
 
 
 async def enqueue(queue: App, job_id: uuid.UUID, jobs: JobRepository) -> int:
@@ -154,25 +166,32 @@ async def enqueue(queue: App, job_id: uuid.UUID, jobs: JobRepository) -> int:
         raise
 
 
-async def recover_stalled_jobs(queue: App, stalled_after_s: float) -> int:
+async def recover_stalled_jobs(queue: App, stalled_after_s: float, task_names: tuple[str, ...] = (TASK_NAME,)) -> int:
     """Put back in the queue the jobs whose worker died (no heartbeat for ``stalled_after_s``)."""
-    stalled = await queue.job_manager.get_stalled_jobs(task_name=TASK_NAME, seconds_since_heartbeat=stalled_after_s)
-    for job in stalled:
-        log.warning("retrying ingestion task %s: its worker stopped responding", job.id)
-        await queue.job_manager.retry_job(job)
-    return len(list(stalled))
+    count = 0
+    for task_name in task_names:
+        stalled = list(await queue.job_manager.get_stalled_jobs(task_name=task_name,
+                                                                seconds_since_heartbeat=stalled_after_s))
+        for job in stalled:
+            log.warning("retrying %s task %s: its worker stopped responding", task_name, job.id)
+            await queue.job_manager.retry_job(job)
+        count += len(stalled)
+    return count
 
 
 async def run_worker(database_url: str, deps: JobDeps, *, heartbeat_s: float, stalled_after_s: float,
-                     install_signal_handlers: bool = True) -> None:
-    """Consume ingestion jobs until cancelled (or SIGTERM/SIGINT when handlers are installed)."""
+                     also: tuple[QueueConsumer, ...] = (), install_signal_handlers: bool = True) -> None:
+    """Consume ingestion jobs (and the ``also`` kinds) until cancelled (or SIGTERM/SIGINT when
+    handlers are installed). One job of each kind runs at a time: a long eval run does not hold up
+    ingestion."""
     queue = make_queue(database_url)
+    task_names = (TASK_NAME, *(c.task_name for c in also))
     async with queue.open_async():
 
         async def recovery_loop() -> None:
             while True:
                 try:
-                    await recover_stalled_jobs(queue, stalled_after_s)
+                    await recover_stalled_jobs(queue, stalled_after_s, task_names)
                 except Exception:  # a transient database error must not stop the worker
                     log.exception("stalled-job recovery failed; will try again")
                 await asyncio.sleep(max(1.0, stalled_after_s / 2))
@@ -181,7 +200,8 @@ async def run_worker(database_url: str, deps: JobDeps, *, heartbeat_s: float, st
         started = time.monotonic()
         try:
             await queue.run_worker_async(
-                queues=[QUEUE], concurrency=1, additional_context={"ingest": deps},
+                queues=[QUEUE, *(c.queue for c in also)], concurrency=1 + len(also),
+                additional_context={"ingest": deps, **{c.context_key: c.context for c in also}},
                 update_heartbeat_interval=heartbeat_s, stalled_worker_timeout=stalled_after_s,
                 install_signal_handlers=install_signal_handlers, delete_jobs="successful",
             )
@@ -189,4 +209,4 @@ async def run_worker(database_url: str, deps: JobDeps, *, heartbeat_s: float, st
             recovery.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await recovery
-            log.info("ingestion worker stopped after %.0f s", time.monotonic() - started)
+            log.info("worker stopped after %.0f s", time.monotonic() - started)

@@ -10,19 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from dataclasses import dataclass
 from functools import cached_property
 
 from pydantic import BaseModel
 
+from evaluation.jobs import consumer as eval_consumer
+from evaluation.jobs import enqueue_run
+from evaluation.metrics import AnswerMetrics
+from evaluation.runner import EvalRunner, RunnerParts
 from ingestion.chunking import Chunker, model_tokenizer
-from ingestion.jobs import JobDeps
+from ingestion.jobs import JobDeps, QueueConsumer, make_queue
 from ingestion.pipeline import Ingestor
 from rag_service import __version__
 from rag_service.config import Settings
 from rag_service.db import migrate
 from rag_service.db.engine import Database, resolve_database_url
 from rag_service.db.repos import ApiKeyRepository, DocumentCatalog, GuidelineRepository, JobRepository, QueryLog
+from rag_service.db.repos.eval_runs import EvalRunRepository
 from rag_service.db.repos.experiments import ExperimentRepository
 from rag_service.db.repos.prompts import PromptRepository
 from rag_service.db.repos.reviews import ReviewRepository
@@ -34,7 +40,10 @@ from rag_service.learning.optimizer import PROMPT_NAME as OPTIMIZER_PROMPT
 from rag_service.learning.optimizer import rewriter
 from rag_service.learning.report import Prices
 from rag_service.learning.service import LearningReviews, PromptService
+from rag_service.pipeline.collaborators import GuidelineSource, PromptSource, QueryHistory
 from rag_service.pipeline.evaluation import AnswerEvaluator, llm_grader
+from rag_service.pipeline.generation.extractive import PROMPT_NAME as EXTRACTIVE_PROMPT
+from rag_service.pipeline.generation.llm_generator import PROMPT_NAME as LLM_ANSWER_PROMPT
 from rag_service.pipeline.generation.llm_generator import LLMGenerator
 from rag_service.pipeline.guardrails import mask_pii
 from rag_service.pipeline.intent import IntentParser
@@ -171,18 +180,43 @@ class Runtime:
     @cached_property
     def pipeline(self) -> QueryPipeline:
         """The query pipeline (guardrails, intent, router, retrieval, generation) for this process."""
+        return self.build_pipeline(self.query_log, self.prompts, self.guidelines)
+
+    def build_pipeline(self, query_log: QueryHistory, prompts: PromptSource,
+                       guidelines: GuidelineSource) -> QueryPipeline:
+        """A pipeline on this process's parts with the given history, prompt and guideline sources
+        (an eval run answers without storing anything, with the versions it pins)."""
         s = self.settings
         return QueryPipeline(
-            retriever=self.retriever, collections=self.catalog, guidelines=self.guidelines,
-            query_log=self.query_log,
+            retriever=self.retriever, collections=self.catalog, guidelines=guidelines,
+            query_log=query_log,
             generator=LLMGenerator(self.llm) if self.llm is not None else None,
             parser=self.intent_parser, intent_llm=self.llm,
-            evaluator=self.evaluator, prompts=self.prompts,
+            evaluator=self.evaluator, prompts=prompts,
             config=PipelineConfig(retrieve_budget_s=s.query_retrieve_budget_s, judge_budget_s=s.eval_judge_budget_s,
                                   generate_budget_s=s.query_generate_budget_s, history_turns=s.conversation_turns,
                                   candidates=s.query_retrieval_candidates, strategies=s.default_strategies,
                                   abstain_below=s.answer_abstain_below),
         )
+
+    @cached_property
+    def eval_runs(self) -> EvalRunRepository:
+        return EvalRunRepository(self.db)
+
+    @cached_property
+    def eval_runner(self) -> EvalRunner:
+        """Offline evaluation runs over this process's retriever and pipeline."""
+        s = self.settings
+        llm = self.llm
+        return EvalRunner(RunnerParts(
+            settings=s, runs=self.eval_runs, prompts=self.prompt_repository, retriever=self.retriever,
+            make_pipeline=self.build_pipeline, make_ingestor=self.ingestor, store=self.store,
+            answer_metrics=AnswerMetrics(embed=self.embedder.embed, llm=RagasConfig.from_settings(s)),
+            embedder_name=self.embedder.name,
+            generator=f"llm:{s.llm_model_simple},{s.llm_model_moderate},{s.llm_model_complex}" if llm else "extractive",
+            answer_prompt=LLM_ANSWER_PROMPT if llm else EXTRACTIVE_PROMPT,
+            prices=Prices(s.llm_usd_per_1k_prompt_tokens, s.llm_usd_per_1k_completion_tokens),
+            golden_rows=self.eval_runs.golden_rows, db_engine=self.db.engine))
 
     @cached_property
     def intent_parser(self) -> IntentParser:
@@ -213,6 +247,16 @@ class Runtime:
     def job_deps(self) -> JobDeps:
         """What ingestion workers need from this process."""
         return JobDeps(jobs=self.jobs, make_ingestor=self.ingestor)
+
+    def other_jobs(self) -> tuple[QueueConsumer, ...]:
+        """The job kinds a worker runs besides ingestion: eval runs."""
+        return (eval_consumer(self.eval_runner),)
+
+    async def enqueue_eval_run(self, run_id: uuid.UUID) -> None:
+        """Defer a recorded eval run to the workers (from a process without an open queue: the CLI)."""
+        queue = make_queue(self.db.url)
+        async with queue.open_async():
+            await enqueue_run(queue, run_id)
 
     async def warm_up_embedder(self) -> None:
         """Load the embedding model; records failure instead of raising, for /readyz to report."""

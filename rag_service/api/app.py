@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ingestion.jobs import make_queue, run_worker
 from rag_service import __version__
-from rag_service.api import documents, evaluate, health, prompts, query, reviews, search
+from rag_service.api import documents, eval_runs, evaluate, health, prompts, query, reviews, search
 from rag_service.api.problems import problem, problem_response
 from rag_service.config import Settings, get_settings
 from rag_service.errors import RagServiceError
@@ -55,7 +55,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.runs_serve_worker:
             # One command is enough on the embedded defaults: jobs run inside the server.
             background.append(asyncio.create_task(run_worker(
-                runtime.db.url, runtime.job_deps(), heartbeat_s=settings.worker_heartbeat_s,
+                runtime.db.url, runtime.job_deps(), also=runtime.other_jobs(), heartbeat_s=settings.worker_heartbeat_s,
                 stalled_after_s=settings.job_stalled_after_s, install_signal_handlers=False)))
         try:
             yield
@@ -82,6 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(reviews.router)
     app.include_router(prompts.router)
     app.include_router(prompts.experiments_router)
+    app.include_router(eval_runs.router)
     app.include_router(console.router)
 
     def openapi() -> dict[str, Any]:

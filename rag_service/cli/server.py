@@ -57,16 +57,17 @@ def serve(
 @app.command()
 @handle_errors
 def worker() -> None:
-    """Consume ingestion jobs from the PostgreSQL queue until stopped (SIGTERM/Ctrl-C finish the
-    current job first). Run as many as you like, on any machine that reaches the database."""
+    """Consume ingestion jobs and eval runs from the PostgreSQL queue until stopped (SIGTERM/Ctrl-C
+    finish the current job first). Run as many as you like, on any machine that reaches the database."""
     from ingestion.jobs import run_worker
     from rag_service.runtime import Runtime
 
     config = settings()
 
     async def consume(runtime: Runtime) -> None:
-        stderr.print(f"worker consuming ingestion jobs from {runtime.db.display_url}")
-        await run_worker(runtime.db.url, runtime.job_deps(), heartbeat_s=config.worker_heartbeat_s,
+        stderr.print(f"worker consuming ingestion jobs and eval runs from {runtime.db.display_url}")
+        await run_worker(runtime.db.url, runtime.job_deps(), also=runtime.other_jobs(),
+                         heartbeat_s=config.worker_heartbeat_s,
                          stalled_after_s=config.job_stalled_after_s)
 
     run_with_runtime(consume, check_schema=True)

@@ -17,6 +17,21 @@ from rag_service.domain.documents import (
     StoreCounts,
     StoredChunk,
 )
+from rag_service.domain.eval_runs import (
+    IR_METRICS,
+    LATENCY_METRIC,
+    LOWER_IS_BETTER,
+    RAGAS_OFFLINE_METRICS,
+    SEVEN_METRICS,
+    SQUAD_METRICS,
+    DatasetRef,
+    EvalItemResult,
+    EvalMode,
+    EvalRun,
+    EvalRunRequest,
+    EvalStatus,
+    RetrievedRef,
+)
 from rag_service.domain.evaluation import (
     METRICS,
     EvaluateRequest,
@@ -74,6 +89,8 @@ from rag_service.domain.search import SearchRequest, SearchResponse, SearchResul
 from rag_service.domain.strategies import StrategyName, check_strategy_names, strategy_names
 
 __all__ = [
+    "IR_METRICS", "LATENCY_METRIC", "LOWER_IS_BETTER", "RAGAS_OFFLINE_METRICS", "SEVEN_METRICS", "SQUAD_METRICS",
+    "DatasetRef", "EvalItemResult", "EvalMode", "EvalRun", "EvalRunRequest", "EvalStatus", "RetrievedRef",
     "GRANTS", "REVIEW_STATUSES", "ROLES", "ApiKeyView", "Caller", "DecisionKind", "EvaluateRequest", "EvaluationReport",
     "EvidenceContext",
     "GateMode", "GateVerdict", "MetricValue", "ReviewCategory", "ReviewStatus", "ReviewTier", "ReviewTrigger",

@@ -1,0 +1,218 @@
+"""The eval runner: a dataset through the real service, one stored result per item as it finishes.
+
+``create`` loads the dataset (its content hash is the run's dataset version), resolves the prompt and
+guideline versions the run will answer with, snapshots the configuration and stores the run record.
+``execute`` (the CLI at once, or any worker through the job queue) ingests the corpus into the run's
+collection when needed (documents unchanged by hash are skipped, so a second run on the same data
+ingests nothing), then runs every item not yet stored, ``concurrency`` at a time, writing each
+result the moment it finishes. Run it again on the same run id (``ragsvc eval resume``) and it
+continues where it stopped; items that failed are tried again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+
+from evaluation.datasets import Dataset, golden_dataset, load_beir, load_qa, parse_dataset_spec
+from evaluation.items import RETRIEVAL_DEPTH, EvalItem, full_item, retrieval_item
+from evaluation.langfuse_export import LangfuseTarget, export_run
+from evaluation.metrics import AnswerMetrics
+from evaluation.preparation import as_loaded, corpus_documents, eval_items, run_collection
+from evaluation.snapshot import code_version, config_hash, snapshot
+from evaluation.sources import GUIDELINES_PIN, EvalHistory, PinnedGuidelines, PinnedPrompts
+from evaluation.summary import summarise
+from ingestion.pipeline import IngestOptions, Ingestor
+from rag_service.config import Settings
+from rag_service.db.repos.eval_runs import EvalRunRepository
+from rag_service.db.repos.prompts import PromptRepository
+from rag_service.domain import DatasetRef, EvalRun, EvalRunRequest
+from rag_service.errors import ConflictError, InvalidInputError, RagServiceError
+from rag_service.learning.report import Prices
+from rag_service.pipeline.collaborators import GuidelineSource, PromptSource, QueryHistory, Retrieves
+from rag_service.pipeline.orchestrator import QueryPipeline
+from rag_service.stores.base import VectorStore
+
+log = logging.getLogger(__name__)
+
+# Called as (stage, done, total): stage is "ingest" (documents) or "items".
+ProgressCallback = Callable[[str, int, int], None]
+MakePipeline = Callable[[QueryHistory, PromptSource, GuidelineSource], QueryPipeline]
+
+
+@dataclass
+class RunnerParts:
+    """What the runner needs from the process that hosts it (built by ``Runtime.eval_runner``)."""
+
+    settings: Settings
+    runs: EvalRunRepository
+    prompts: PromptRepository
+    retriever: Retrieves
+    make_pipeline: MakePipeline
+    make_ingestor: Callable[[], Ingestor]
+    store: VectorStore
+    answer_metrics: AnswerMetrics
+    embedder_name: str
+    generator: str  # "extractive", or the LLM's model names
+    answer_prompt: str  # the prompt the configured generator answers with
+    prices: Prices
+    golden_rows: Callable[[], Awaitable[list[dict[str, Any]]]]
+    db_engine: Any  # for VACUUM ANALYZE after a fresh ingest
+
+
+class EvalRunner:
+    def __init__(self, parts: RunnerParts) -> None:
+        self._parts = parts
+
+    # --- the record -----------------------------------------------------------------------------
+
+    async def load(self, request: EvalRunRequest) -> Dataset:
+        kind, path = parse_dataset_spec(request.dataset)
+        if kind == "beir":
+            assert path is not None
+            return await asyncio.to_thread(load_beir, path, request.split)
+        if kind == "qa":
+            assert path is not None
+            return await asyncio.to_thread(load_qa, path)
+        return golden_dataset(await self._parts.golden_rows())
+
+    async def create(self, request: EvalRunRequest, created_by: str | None = None) -> EvalRun:
+        """Check and record a run (status queued); nothing is executed yet."""
+        dataset = await self.load(request)
+        items = eval_items(dataset, request.limit)
+        prompts = await self._versions(request)
+        config = snapshot(self._parts.settings, embedder=self._parts.embedder_name, generator=self._parts.generator,
+                          prompts=prompts, mode=request.mode,
+                          extra={"retrieval_depth": RETRIEVAL_DEPTH})
+        ref = DatasetRef(kind=dataset.kind, name=dataset.name, version=dataset.version, split=dataset.split,
+                         source=dataset.source, items=len(dataset))
+        return await self._parts.runs.create(
+            name=request.name, dataset=ref, request=request, collection=run_collection(dataset, request),
+            config=config, config_hash=config_hash(config), code_version=code_version(),
+            items_total=len(items) * request.repeat, created_by=created_by)
+
+    async def _versions(self, request: EvalRunRequest) -> dict[str, int | None]:
+        """The prompt and guideline versions this run answers with (pinned ones checked to exist)."""
+        if request.mode == "retrieval":
+            unknown = sorted(set(request.prompts) - {GUIDELINES_PIN})
+            if unknown:
+                raise InvalidInputError(f"prompts {unknown} are not used in retrieval mode; run with mode full "
+                                        "to measure a prompt version", fields={"prompts": unknown})
+        names = sorted({self._parts.answer_prompt, *request.prompts} - {GUIDELINES_PIN})
+        try:
+            versions: dict[str, int | None] = dict(await PinnedPrompts(self._parts.prompts,
+                                                                       request.prompts).resolved(names))
+            guidelines, _ = await PinnedGuidelines(self._parts.prompts, request.prompts.get(GUIDELINES_PIN)).current()
+        except RagServiceError as exc:
+            raise InvalidInputError(f"prompts: {exc}", fields={"prompts": dict(request.prompts)}) from exc
+        versions[GUIDELINES_PIN] = guidelines
+        return versions
+
+    # --- execution ------------------------------------------------------------------------------
+
+    async def execute(self, run_id: uuid.UUID, progress: ProgressCallback | None = None, *,
+                      force: bool = False) -> EvalRun:
+        """Run (or resume) a run to the end; returns the finished record. A failure outside the
+        items (the dataset changed, the database went away) marks the run failed, resumable."""
+        run = await self._parts.runs.start(run_id, force=force)
+        try:
+            dataset = await self.load(run.request)
+            if dataset.version != run.dataset.version:
+                raise ConflictError(f"the dataset changed since the run was created (version {run.dataset.version}, "
+                                    f"now {dataset.version}); start a new run on the new data")
+            await self._ingest(dataset, run.collection, progress)
+            await self._items(run, eval_items(dataset, run.request.limit), progress)
+        except asyncio.CancelledError:
+            raise  # interrupted: stays 'running'; resume continues it
+        except Exception as exc:
+            why = str(exc) if isinstance(exc, RagServiceError) else f"{type(exc).__name__}: {exc}"
+            await self._parts.runs.finish(run_id, summary=summarise(await self._parts.runs.results(run_id)), error=why)
+            raise
+        results = await self._parts.runs.results(run_id)
+        finished = await self._parts.runs.finish(run_id, summary=summarise(results))
+        target = LangfuseTarget.from_settings(self._parts.settings)
+        if target is not None:  # no keys: nothing is sent, and nothing is said
+            report = await export_run(target, finished, results)
+            log.info("eval run %s sent to Langfuse as dataset run %s (%d items, %d scores, %d errors)",
+                     run_id, report.run_name, report.items, report.scores, len(report.errors))
+        return finished
+
+    async def _ingest(self, dataset: Dataset, collection: str, progress: ProgressCallback | None) -> None:
+        documents = corpus_documents(dataset)
+        if not documents:
+            return
+
+        def on_progress(p: Any) -> None:
+            if progress is not None:
+                progress("ingest", p.documents_done, len(documents))
+
+        report = await self._parts.make_ingestor().ingest_documents(
+            [as_loaded(d) for d in documents], IngestOptions(collection=collection, format="beir"), on_progress)
+        if report.failed:
+            raise InvalidInputError(f"{report.failed} corpus documents could not be ingested; first: "
+                                    f"{report.errors[0] if report.errors else 'no detail'}")
+        if report.added or report.updated:
+            # Fresh rows: give the planner statistics now, as autovacuum would for a long-running server.
+            async with self._parts.db_engine.connect() as conn:
+                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                await conn.execute(text("VACUUM ANALYZE"))
+
+    async def _items(self, run: EvalRun, items: Sequence[EvalItem], progress: ProgressCallback | None) -> None:
+        done = await self._parts.runs.done(run.id)
+        pending = [(position, item, repetition) for repetition in range(run.request.repeat)
+                   for position, item in enumerate(items) if (item.id, repetition) not in done]
+        total, finished = run.items_total, len(done)
+        if progress is not None:
+            progress("items", finished, total)
+        run_one = self._item_function(run)
+        queue: asyncio.Queue[tuple[int, EvalItem, int]] = asyncio.Queue()
+        for entry in pending:
+            queue.put_nowait(entry)
+
+        async def worker() -> None:
+            nonlocal finished
+            while True:
+                try:
+                    position, item, repetition = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                result = await run_one(item, repetition)
+                await self._parts.runs.record(run.id, position, result)
+                finished += 1
+                if progress is not None:
+                    progress("items", finished, total)
+
+        workers = [asyncio.create_task(worker()) for _ in range(min(run.request.concurrency, len(pending)) or 1)]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for task in workers:
+                task.cancel()
+            for task in workers:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    def _item_function(self, run: EvalRun) -> Callable[[EvalItem, int], Awaitable[Any]]:
+        parts = self._parts
+        if run.mode == "retrieval":
+            return lambda item, repetition: retrieval_item(parts.retriever, item, run.collection, repetition)
+        history = EvalHistory()
+        pins = dict(run.request.prompts)
+        pipeline = parts.make_pipeline(history, PinnedPrompts(parts.prompts, pins),
+                                       PinnedGuidelines(parts.prompts, pins.get(GUIDELINES_PIN)))
+        wait_for_grades = pipeline.evaluator.llm_grader is not None
+
+        async def texts(chunk_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+            found = await parts.store.chunks_by_id(chunk_ids)
+            return {chunk_id: hit.text for chunk_id, (hit, _) in found.items()}
+
+        return lambda item, repetition: full_item(
+            pipeline, item, run.collection, repetition, answer_metrics=parts.answer_metrics, context_texts=texts,
+            prices=parts.prices, late_grades=history.late_grades, wait_for_grades=wait_for_grades)
