@@ -34,7 +34,6 @@ import json
 import os
 import platform
 import re
-import string
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,34 +43,12 @@ import numpy as np
 
 from benchmarks.datasets import BENCH_DATA, DATA, ensure_ingested, open_runtime, xquad, xquad_without_gold
 from benchmarks.server import ServerFailed, serve
+from evaluation.metrics import best_match as best
+from evaluation.metrics import normalize as normalize  # re-exported: train_answerability uses it
 
 
 def log(message: str) -> None:
     print(message, flush=True)
-
-
-def normalize(text: str) -> str:
-    """SQuAD v1.1's answer normalisation."""
-    text = text.lower()
-    text = "".join(ch for ch in text if ch not in set(string.punctuation))
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
-
-
-def f1(prediction: str, reference: str) -> float:
-    pred, ref = normalize(prediction).split(), normalize(reference).split()
-    common = collections.Counter(pred) & collections.Counter(ref)
-    same = sum(common.values())
-    # 2PR / (P + R) with P = same/|pred| and R = same/|ref| is 2·same / (|pred| + |ref|); two empty
-    # answers agree (as in SQuAD's script).
-    total = len(pred) + len(ref)
-    return 2 * same / total if total else float(pred == ref)
-
-
-def best(prediction: str, references: list[str]) -> tuple[float, float, str]:
-    """(exact match, F1, the reference that scored best)."""
-    scored = [(float(normalize(prediction) == normalize(r)), f1(prediction, r), r) for r in references]
-    return max(scored, key=lambda s: (s[1], s[0]))
 
 
 def first_sentence(answer: str) -> str:

@@ -7,14 +7,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from evaluation.metrics import NO_RESULT as NO_RESULT  # re-exported: retrieval.py uses them from here
+from evaluation.metrics import ranking as ranking
+
 METRICS = ("ndcg@10", "recall@100", "mrr@10")
-NO_RESULT = "__no_result__"  # ranx needs an entry for every query; this id is never relevant
-
-
-def ranking(doc_ids: Iterable[str]) -> dict[str, float]:
-    """Documents in first-occurrence order with descending scores (chunks collapse to their document)."""
-    order = list(dict.fromkeys(doc_ids))
-    return {doc: float(len(order) - rank) for rank, doc in enumerate(order)} or {NO_RESULT: 0.0}
 
 
 def quality(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]],

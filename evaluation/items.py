@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evaluation.metrics import AnswerMetrics, ir_metrics, relevant_rank, squad_scores
+from evaluation.metrics import SQUAD_SCORER, AnswerMetrics, ir_metrics, relevant_rank, squad_scores
 from rag_service.domain import (
     EvalItemResult,
     EvaluationReport,
@@ -154,7 +154,7 @@ async def full_item(pipeline: QueryPipeline, item: EvalItem, collection: str, re
     if item.references:
         squad = squad_scores(prediction or "", item.references)
         result.metrics.update(squad)
-        result.scorers.update({name: "squad v1.1" for name in squad})
+        result.scorers.update({name: SQUAD_SCORER for name in squad})
     chunk_ids = [uuid.UUID(r["chunk_id"]) for r in captured.retrieval if r.get("chunk_id")]
     texts = await context_texts(chunk_ids) if chunk_ids else {}
     values, scorers = await answer_metrics.score(

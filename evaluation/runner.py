@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -24,7 +25,7 @@ from sqlalchemy import text
 from evaluation.datasets import Dataset, golden_dataset, load_beir, load_qa, parse_dataset_spec
 from evaluation.items import RETRIEVAL_DEPTH, EvalItem, full_item, retrieval_item
 from evaluation.langfuse_export import LangfuseTarget, export_run
-from evaluation.metrics import AnswerMetrics
+from evaluation.metrics import EVAL_EXTRA, AnswerMetrics
 from evaluation.preparation import as_loaded, corpus_documents, eval_items, run_collection
 from evaluation.snapshot import code_version, config_hash, snapshot
 from evaluation.sources import GUIDELINES_PIN, EvalHistory, PinnedGuidelines, PinnedPrompts
@@ -85,6 +86,9 @@ class EvalRunner:
 
     async def create(self, request: EvalRunRequest, created_by: str | None = None) -> EvalRun:
         """Check and record a run (status queued); nothing is executed yet."""
+        missing = [name for name in ("ranx", "ragas") if importlib.util.find_spec(name) is None]
+        if missing:
+            raise InvalidInputError(f"eval runs need {', '.join(missing)}: install the eval extra ({EVAL_EXTRA})")
         dataset = await self.load(request)
         items = eval_items(dataset, request.limit)
         prompts = await self._versions(request)
@@ -104,14 +108,14 @@ class EvalRunner:
             unknown = sorted(set(request.prompts) - {GUIDELINES_PIN})
             if unknown:
                 raise InvalidInputError(f"prompts {unknown} are not used in retrieval mode; run with mode full "
-                                        "to measure a prompt version", fields={"prompts": unknown})
+                                        "to measure a prompt version")
         names = sorted({self._parts.answer_prompt, *request.prompts} - {GUIDELINES_PIN})
         try:
             versions: dict[str, int | None] = dict(await PinnedPrompts(self._parts.prompts,
                                                                        request.prompts).resolved(names))
             guidelines, _ = await PinnedGuidelines(self._parts.prompts, request.prompts.get(GUIDELINES_PIN)).current()
         except RagServiceError as exc:
-            raise InvalidInputError(f"prompts: {exc}", fields={"prompts": dict(request.prompts)}) from exc
+            raise InvalidInputError(f"prompts: {exc}") from exc
         versions[GUIDELINES_PIN] = guidelines
         return versions
 

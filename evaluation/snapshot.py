@@ -21,7 +21,8 @@ from rag_service.config import Settings
 _NOT_RESULTS = frozenset({
     "environment", "log_level", "database_url", "data_dir", "db_pool_size", "db_max_overflow",
     "ingest_max_file_bytes", "ingest_batch_documents", "review_lease_s", "review_expire_after_days",
-    "prompt_cache_ttl_s", "experiment_check_s", "console_session_hours", "serve_worker", "worker_heartbeat_s",
+    "prompt_cache_ttl_s", "experiment_check_s", "console_session_hours", "promotion_requires_eval_run",
+    "promotion_eval_tolerance", "promotion_eval_tolerances", "serve_worker", "worker_heartbeat_s",
     "job_stalled_after_s", "langfuse_host", "langfuse_public_key", "langfuse_secret_key", "host", "port",
     "embedding_api_key", "embedding_base_url", "cohere_api_key", "cohere_base_url", "llm_api_key", "llm_base_url",
 })

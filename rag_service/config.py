@@ -172,6 +172,15 @@ class Settings(BaseSettings):
                                         "report is read).")
     console_session_hours: float = Field(default=8.0, gt=0, le=720,
                                          description="How long a reviewer console sign-in lasts.")
+    promotion_requires_eval_run: bool = Field(
+        default=False, description="Promoting a prompt or guidelines version to production needs a finished eval run "
+                                   "made with it that does not regress production's run on the same data.")
+    promotion_eval_tolerance: float = Field(
+        default=0.02, ge=0, le=1, description="The promotion gate: how far a score metric (0-1) may drop, "
+                                              "significantly, before promotion is refused.")
+    promotion_eval_tolerances: dict[str, float] = Field(
+        default_factory=lambda: {"latency_ms": 250.0, "cost_usd": 0.001},
+        description="Per-metric tolerances in the metric's units (JSON), overriding promotion_eval_tolerance.")
 
     # --- jobs ------------------------------------------------------------------------------------
     serve_worker: Literal["auto", "on", "off"] = Field(
@@ -245,6 +254,14 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown metrics {unknown}; known: {', '.join(METRICS)}")
         if any(not 0 <= w <= 1 for w in value.values()):
             raise ValueError("values must be between 0 and 1")
+        return value
+
+    @field_validator("promotion_eval_tolerances")
+    @classmethod
+    def _check_tolerances(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = sorted(name for name, amount in value.items() if not (amount >= 0 and amount != float("inf")))
+        if bad:
+            raise ValueError(f"tolerances must be finite amounts >= 0 in the metric's units; check {bad}")
         return value
 
     @model_validator(mode="after")

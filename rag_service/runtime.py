@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from evaluation.jobs import consumer as eval_consumer
 from evaluation.jobs import enqueue_run
 from evaluation.metrics import AnswerMetrics
+from evaluation.promotion import EvalPromotionGate
 from evaluation.runner import EvalRunner, RunnerParts
 from ingestion.chunking import Chunker, model_tokenizer
 from ingestion.jobs import JobDeps, QueueConsumer, make_queue
@@ -129,8 +130,11 @@ class Runtime:
     def prompts(self) -> PromptService:
         """Prompt and guideline versions, labels and experiments; chooses each query's prompt version."""
         s = self.settings
+        gate = EvalPromotionGate(self.eval_runs, self.prompt_repository, required=s.promotion_requires_eval_run,
+                                 tolerance=s.promotion_eval_tolerance, tolerances=s.promotion_eval_tolerances)
         return PromptService(self.prompt_repository, ExperimentRepository(self.db),
-                             Prices(s.llm_usd_per_1k_prompt_tokens, s.llm_usd_per_1k_completion_tokens))
+                             Prices(s.llm_usd_per_1k_prompt_tokens, s.llm_usd_per_1k_completion_tokens),
+                             offline_gate=gate)
 
     @cached_property
     def learning(self) -> LearningReviews:

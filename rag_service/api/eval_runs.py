@@ -12,7 +12,6 @@ from pydantic import BaseModel
 
 from evaluation.comparisons import compare_runs
 from evaluation.jobs import enqueue_run
-from evaluation.reports import render_html
 from rag_service.api.auth import AdminDep, ReviewerDep, role
 from rag_service.api.deps import RuntimeDep
 from rag_service.domain import EvalItemResult, EvalRun, EvalRunRequest
@@ -86,6 +85,8 @@ async def compare(run_id: uuid.UUID, runtime: RuntimeDep, _: ReviewerDep,
 async def report(run_id: uuid.UUID, runtime: RuntimeDep, _: ReviewerDep,
                  against: Annotated[str | None, Query(description="A baseline run to compare with.")] = None,
                  format: Annotated[Literal["html"], Query()] = "html") -> HTMLResponse:
+    from evaluation.reports import render_html  # matplotlib: the eval extra, loaded when a report is asked for
+
     if against is not None:
         found = await compare_runs(runtime.eval_runs, against, str(run_id))
         # Drawing the plots is CPU work: off the event loop.

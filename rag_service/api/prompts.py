@@ -149,7 +149,8 @@ def _versioned(kind: PromptKind, prefix: str, fixed_name: str | None) -> None:
                 responses={**_NOT_FOUND, 409: {"description": "An experiment is running"}}, **role("admin"))
     async def move_label(label: LabelParam, body: MoveLabelRequest, runtime: RuntimeDep, caller: AdminDep,
                          name: NameDep) -> MovedLabel:
-        return MovedLabel(move=await runtime.prompts.move_label(caller, kind, name, label, body.version, body.reason))
+        return MovedLabel(move=await runtime.prompts.move_label(caller, kind, name, label, body.version, body.reason,
+                                                                eval_run=body.eval_run))
 
     @router.post(f"{prefix}/rollback", response_model=MovedLabel, tags=[tag], summary="Roll a label back",
                  description="Points the label (default `production`) back at the version it pointed at before its "
@@ -222,5 +223,6 @@ async def stop_experiment(experiment_id: uuid.UUID, body: StopRequest, runtime: 
                                     409: {"description": "The candidate has not won (the body says why), or the "
                                                          "experiment has ended"}}, **role("admin"))
 async def promote(experiment_id: uuid.UUID, body: PromoteRequest, runtime: RuntimeDep, caller: AdminDep) -> Promotion:
-    move, report = await runtime.prompts.promote(caller, experiment_id, force=body.force, reason=body.reason)
+    move, report = await runtime.prompts.promote(caller, experiment_id, force=body.force, reason=body.reason,
+                                                 eval_run=body.eval_run)
     return Promotion(move=move, report=report)

@@ -34,8 +34,7 @@ def _pins(values: list[str]) -> dict[str, int]:
     for value in values:
         name, _, version = value.partition("=")
         if not name or not version.strip().isdigit():
-            raise InvalidInputError(f"--prompt {value!r}: write NAME=VERSION, e.g. answer_extractive=3",
-                                    fields={"prompt": value})
+            raise InvalidInputError(f"--prompt {value!r}: write NAME=VERSION, e.g. answer_extractive=3")
         pins[name.strip()] = int(version)
     return pins
 
@@ -237,7 +236,7 @@ def eval_report(run: RunArgument,
     """Write a Markdown or HTML report with tables and plots (distributions, deltas with CIs, latency,
     score vs. retrieval rank)."""
     if fmt not in ("md", "html"):
-        raise InvalidInputError(f"--format {fmt!r}: give md or html", fields={"format": fmt})
+        raise InvalidInputError(f"--format {fmt!r}: give md or html")
     chosen: Literal["md", "html"] = "md" if fmt == "md" else "html"
     from evaluation.comparisons import compare_runs
     from evaluation.reports import write_report

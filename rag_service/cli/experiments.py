@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rag_service.cli.common import JsonFlag, app, emit_json, handle_errors, stderr, validated
-from rag_service.cli.prompts import json_data, run_as
+from rag_service.cli.prompts import EvalRunOption, json_data, run_as
 from rag_service.cli.review import KeyOption
 from rag_service.domain import Caller
 from rag_service.domain.prompts import PRODUCTION, ExperimentRequest
@@ -116,11 +116,13 @@ def experiment_promote(experiment_id: Annotated[uuid.UUID, typer.Argument()],
                        force: Annotated[bool, typer.Option("--force", help="Promote although the candidate has not "
                                                                            "won (recorded in the audit).")] = False,
                        reason: Annotated[str | None, typer.Option()] = None,
+                       eval_run: EvalRunOption = None,
                        key: KeyOption = None, as_json: JsonFlag = False) -> None:
-    """Move production to the candidate's version when it has won (or with --force)."""
+    """Move production to the candidate's version when it has won (or with --force) and the offline gate
+    holds (--eval-run: a finished eval run made with the candidate)."""
 
     async def work(rt: Runtime, caller: Caller) -> dict[str, Any]:
-        move, report = await rt.prompts.promote(caller, experiment_id, force=force, reason=reason)
+        move, report = await rt.prompts.promote(caller, experiment_id, force=force, reason=reason, eval_run=eval_run)
         return {"move": json_data(move), "report": json_data(report)}
 
     found = run_as(key, "admin", work)

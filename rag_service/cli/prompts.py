@@ -38,6 +38,11 @@ guidelines_app = typer.Typer(help="The router's guideline versions and labels: l
 app.add_typer(prompts_app, name="prompts")
 app.add_typer(guidelines_app, name="guidelines")
 
+# Moving production: the offline gate's evidence (see evaluation/promotion.py).
+EvalRunOption = Annotated[str | None, typer.Option(
+    "--eval-run", help="Moving production: a finished eval run (id or name) made with this version; it must not "
+                       "regress production's run on the same data.")]
+
 
 NameArg = Annotated[str, typer.Argument(help="The prompt's name, e.g. answer_extractive.")]
 
@@ -143,9 +148,10 @@ def _register(typer_app: typer.Typer, kind: PromptKind) -> None:
             stderr.print(f"created {what} {name} version {found['version']}"
                          + (f" (label {label})" if label else ""), highlight=False)
 
-    def label_(name: str, label: str, version: int, reason: str | None, key: str | None, as_json: bool) -> None:
-        found = run_as(key, "admin",
-                       lambda rt, caller: rt.prompts.move_label(caller, kind, name, label, version, reason))
+    def label_(name: str, label: str, version: int, reason: str | None, eval_run: str | None, key: str | None,
+               as_json: bool) -> None:
+        found = run_as(key, "admin", lambda rt, caller: rt.prompts.move_label(caller, kind, name, label, version,
+                                                                               reason, eval_run=eval_run))
         if as_json:
             emit_json(found)
         else:
@@ -210,9 +216,10 @@ def _register(typer_app: typer.Typer, kind: PromptKind) -> None:
         def label(name: NameArg, label: Annotated[str, typer.Argument(help="e.g. production, candidate.")],
                   version: Annotated[int, typer.Argument()],
                   reason: Annotated[str | None, typer.Option()] = None,
+                  eval_run: EvalRunOption = None,
                   key: KeyOption = None, as_json: JsonFlag = False) -> None:
             """Point a label at a version (recorded; every process sees it at once)."""
-            label_(name, label, version, reason, key, as_json)
+            label_(name, label, version, reason, eval_run, key, as_json)
 
         @typer_app.command("rollback")
         @handle_errors
@@ -263,9 +270,10 @@ def _register(typer_app: typer.Typer, kind: PromptKind) -> None:
         @handle_errors
         def g_label(label: Annotated[str, typer.Argument()], version: Annotated[int, typer.Argument()],
                     reason: Annotated[str | None, typer.Option()] = None,
+                    eval_run: EvalRunOption = None,
                     key: KeyOption = None, as_json: JsonFlag = False) -> None:
             """Point a label at a version (production: the router uses it at once)."""
-            label_(GUIDELINES_NAME, label, version, reason, key, as_json)
+            label_(GUIDELINES_NAME, label, version, reason, eval_run, key, as_json)
 
         @typer_app.command("rollback")
         @handle_errors

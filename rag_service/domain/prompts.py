@@ -116,6 +116,9 @@ class MoveLabelRequest(BaseModel):
 
     version: int = Field(ge=1)
     reason: str | None = Field(default=None, max_length=2_000)
+    eval_run: str | None = Field(default=None, min_length=1, max_length=200, description=(
+        "Moving production: a finished eval run (id or name) made with this version; the offline gate compares it "
+        "with production's run on the same data (required when RAGSVC_PROMOTION_REQUIRES_EVAL_RUN is set)."))
 
 
 class RollbackRequest(BaseModel):
@@ -160,8 +163,12 @@ class ExperimentRequest(BaseModel):
 class PromoteRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    force: bool = Field(default=False, description="Promote although the evidence does not say it wins (recorded).")
+    force: bool = Field(default=False, description="Promote although the evidence does not say it wins (recorded); "
+                                                   "does not override the offline gate.")
     reason: str | None = Field(default=None, max_length=2_000)
+    eval_run: str | None = Field(default=None, min_length=1, max_length=200, description=(
+        "A finished eval run (id or name) made with the candidate version; the offline gate compares it with "
+        "production's run on the same data (required when RAGSVC_PROMOTION_REQUIRES_EVAL_RUN is set)."))
 
 
 class MetricComparison(BaseModel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -53,6 +53,15 @@ log = logging.getLogger(__name__)
 _TIERS = ("simple", "moderate", "complex")
 # The prompts whose versions answer queries (the generators'); the judge and the optimizer have no traffic to split.
 EXPERIMENTABLE = frozenset({"answer_cot", "answer_extractive"})
+
+
+class OfflineGate(Protocol):
+    """The offline evaluation gate on promotion (built in ``evaluation.promotion``, above this layer)."""
+
+    async def check(self, kind: PromptKind, name: str, version: int, eval_run: str | None) -> str | None:
+        """Raise ConflictError when ``version`` may not become production; else the reason it may
+        (None: no eval run given, and none required)."""
+        ...
 
 
 def _label(label: str) -> str:
@@ -110,10 +119,18 @@ def check_body(kind: PromptKind, name: str, body: str, parameters: dict[str, Any
 
 class PromptService:
     def __init__(self, prompts: PromptRepository, experiments: ExperimentRepository,
-                 prices: Prices | None = None) -> None:
+                 prices: Prices | None = None, offline_gate: OfflineGate | None = None) -> None:
         self.prompts = prompts
         self.experiments = experiments
         self.prices = prices or Prices()
+        self.offline_gate = offline_gate
+
+    async def _offline(self, kind: PromptKind, name: str, version: int, eval_run: str | None) -> str | None:
+        if self.offline_gate is None:
+            if eval_run is not None:
+                raise InvalidInputError("this process has no eval runs to gate on")
+            return None
+        return await self.offline_gate.check(kind, name, version, eval_run)
 
     # --- the query path ----------------------------------------------------------------------------
 
@@ -152,10 +169,14 @@ class PromptService:
                                          review_ids=review_ids, label=request.label)
 
     async def move_label(self, caller: Caller, kind: PromptKind, name: str, label: str, version: int,
-                         reason: str | None) -> LabelMove:
+                         reason: str | None, eval_run: str | None = None) -> LabelMove:
+        """Move a label; moving ``production`` passes the offline gate first (``eval_run``)."""
         _label(label)
         if label == PRODUCTION:
             await self._no_experiment(kind, name)
+            passed = await self._offline(kind, name, version, eval_run)
+            if passed is not None:
+                reason = f"{reason}; offline gate: {passed}" if reason else f"offline gate: {passed}"
         return await self.prompts.move_label(kind, name, label, version, actor=actor(caller), reason=reason)
 
     async def _no_experiment(self, kind: PromptKind, name: str) -> None:
@@ -233,10 +254,11 @@ class PromptService:
         return stopped
 
     async def promote(self, caller: Caller, experiment_id: uuid.UUID, *, force: bool = False,
-                      reason: str | None = None) -> tuple[LabelMove, ExperimentReport]:
-        """Move ``production`` to the candidate's version when the evidence says it wins (and,
-        once offline evaluation runs exist, when its offline gate holds); ``force`` overrides and
-        is recorded in the label's audit."""
+                      reason: str | None = None, eval_run: str | None = None) -> tuple[LabelMove, ExperimentReport]:
+        """Move ``production`` to the candidate's version when the evidence says it wins and the
+        offline gate holds (``eval_run``: a finished eval run made with the candidate). ``force``
+        overrides the experiment's evidence, recorded in the label's audit, but not the offline gate:
+        a run that shows a significant regression is a fact, not a judgement call."""
         result = await self.experiment_report(experiment_id)
         experiment = result.experiment
         if experiment.status not in ("running", "stopped"):
@@ -247,6 +269,9 @@ class PromptService:
                                 "promote with force (recorded)", fields={"decision": result.decision})
         why = reason or (f"experiment {experiment_id}: {result.decision_reason}" if not force
                          else f"forced by {actor(caller)} ({result.decision}: {result.decision_reason})")
+        passed = await self._offline("prompt", experiment.name, experiment.candidate_version, eval_run)
+        if passed is not None:
+            why = f"{why}; offline gate: {passed}"
         move = await self.prompts.move_label("prompt", experiment.name, PRODUCTION, experiment.candidate_version,
                                              actor=actor(caller), reason=why, forced=force and
                                              result.decision != "candidate_wins", experiment_id=experiment_id,

@@ -1,0 +1,205 @@
+"""The eval runner end to end against the real PostgreSQL and the real local model: a small BEIR
+corpus in retrieval mode, real XQuAD questions in full mode, paired comparisons of stored runs (a
+planted difference found, identical configurations not), and the promotion gate on real runs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from evaluation.comparisons import compare_runs
+from evaluation.datasets import load_beir
+from evaluation.preparation import default_collection
+from evaluation.promotion import EvalPromotionGate
+from rag_service.config import load_settings
+from rag_service.domain import Caller, EvalRunRequest
+from rag_service.domain.prompts import NewVersionRequest
+from rag_service.errors import ConflictError, InvalidInputError
+from rag_service.runtime import Runtime
+from tests.conftest import SHARED_DATA
+
+ADMIN = Caller(role="admin")
+XQUAD = SHARED_DATA / "xquad_en" / "xquad_en_flat.jsonl"
+
+DOCUMENTS = {
+    "d1": ("Photosynthesis", "Plants turn sunlight, water and carbon dioxide into glucose and oxygen in chloroplasts."),
+    "d2": ("Volcanoes", "Magma rises through the crust and erupts as lava, ash and volcanic gases."),
+    "d3": ("Jazz", "Jazz began in New Orleans, mixing blues, ragtime and brass band marches with improvisation."),
+    "d4": ("Tides", "The gravitational pull of the moon and the sun raises the ocean tides twice a day."),
+    "d5": ("Vaccines", "A vaccine trains the immune system to recognise a pathogen without causing the disease."),
+    "d6": ("Glaciers", "Glaciers are slow rivers of ice that carve valleys as they move downhill."),
+    "d7": ("Chess", "In chess each player starts with sixteen pieces; checkmate of the king ends the game."),
+    "d8": ("Bread", "Yeast ferments the sugars in dough, producing carbon dioxide that makes bread rise."),
+    "d9": ("Comets", "Comets are icy bodies whose tails point away from the sun as solar wind pushes them."),
+    "d10": ("Bees", "Honey bees communicate the direction of flowers to their hive with a waggle dance."),
+}
+QUERIES = {
+    "q1": ("How do plants make glucose from sunlight?", "d1"),
+    "q2": ("What comes out of a volcano when it erupts?", "d2"),
+    "q3": ("Where did jazz music begin?", "d3"),
+    "q4": ("Why does the ocean have tides?", "d4"),
+    "q5": ("How does bread dough rise?", "d8"),
+    "q6": ("How do bees tell the hive where flowers are?", "d10"),
+}
+
+
+def beir_dir(root: Path) -> Path:
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "title": t, "text": x}) + "\n"
+                                               for d, (t, x) in DOCUMENTS.items()))
+    (root / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n"
+                                                for q, (t, _) in QUERIES.items()))
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\t{d}\t1\n" for q, (_, d) in QUERIES.items()))
+    return root
+
+
+def xquad_subset(root: Path, lines: int) -> Path:
+    """The first questions of XQuAD (en): real questions, real reference answers and passages."""
+    path = root / "xquad_subset.jsonl"
+    path.write_text("".join(XQUAD.read_text().splitlines(keepends=True)[:lines]))
+    return path
+
+
+@pytest.fixture(scope="module")
+async def runtime(migrated_url: str, local_embedder) -> AsyncIterator[Runtime]:  # noqa: ANN001
+    rt = Runtime.open(load_settings(database_url=migrated_url))
+    rt.embedder = local_embedder  # the session's already-loaded model
+    yield rt
+    await rt.close()
+
+
+async def _run(rt: Runtime, **fields: object):  # noqa: ANN202
+    run = await rt.eval_runner.create(EvalRunRequest(**fields))
+    seen: list[tuple[str, int, int]] = []
+    finished = await rt.eval_runner.execute(run.id, lambda stage, done, total: seen.append((stage, done, total)))
+    return finished, await rt.eval_runs.results(run.id), seen
+
+
+async def _chunk_ids(rt: Runtime, collection: str) -> list[str]:
+    async with rt.db.connect() as conn:
+        rows = (await conn.execute(text(
+            "SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id JOIN collections k "
+            "ON k.id = d.collection_id WHERE k.name = :name ORDER BY c.id"), {"name": collection})).all()
+    return [str(r.id) for r in rows]
+
+
+async def test_a_beir_retrieval_run_stores_every_item_with_ranx_metrics_and_reproduces(
+        runtime: Runtime, tmp_path: Path) -> None:
+    spec = f"beir:{beir_dir(tmp_path / 'beir')}"
+    first, results, seen = await _run(runtime, dataset=spec, name="beir-a")
+    assert (first.status, first.items_total, first.items_done, first.items_failed) == ("finished", 6, 6, 0)
+    assert first.collection == default_collection(load_beir(tmp_path / "beir"))
+    assert ("items", 6, 6) in seen and any(stage == "ingest" for stage, _, _ in seen)
+    assert [r.item_id for r in results] == list(QUERIES)
+    for result in results:
+        assert set(result.metrics) >= {"ndcg@10", "recall@10", "recall@100", "mrr@10"}
+        assert result.scorers["ndcg@10"] == "ranx" and result.retrieved[0].rank == 1
+        assert result.relevant_rank is not None and result.latency_ms["total"] > 0
+    # Distinct topics: the real retriever puts the one relevant document first nearly always.
+    assert first.summary["metrics"]["ndcg@10"]["mean"] >= 0.8
+    assert first.config["prompts"]["guidelines"] == 1 and first.config_hash
+    chunks = await _chunk_ids(runtime, first.collection)
+    assert len(set(chunks)) >= len(DOCUMENTS)
+
+    second, again, _ = await _run(runtime, dataset=spec, name="beir-b")
+    assert second.config_hash == first.config_hash and second.collection == first.collection
+    assert await _chunk_ids(runtime, first.collection) == chunks  # same data: nothing re-ingested
+    ir = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
+    assert [{m: r.metrics[m] for m in ir} for r in again] == [{m: r.metrics[m] for m in ir} for r in results]
+    assert [[d.id for d in r.retrieved] for r in again] == [[d.id for d in r.retrieved] for r in results]
+
+
+async def test_a_finished_run_is_not_run_again_and_bad_requests_say_what_to_fix(
+        runtime: Runtime, tmp_path: Path) -> None:
+    finished = await runtime.eval_runs.find("beir-a")
+    with pytest.raises(ConflictError, match="has finished"):
+        await runtime.eval_runner.execute(finished.id)
+    with pytest.raises(InvalidInputError, match="not used in retrieval mode"):
+        await runtime.eval_runner.create(EvalRunRequest(dataset=f"beir:{beir_dir(tmp_path / 'b')}",
+                                                        prompts={"answer_extractive": 1}))
+    with pytest.raises(InvalidInputError, match="prompts"):
+        await runtime.eval_runner.create(EvalRunRequest(dataset=f"qa:{XQUAD}", mode="full",
+                                                        prompts={"answer_extractive": 99}))
+
+
+async def test_a_full_run_grades_answers_with_every_metric_and_stores_nothing_user_facing(
+        runtime: Runtime, tmp_path: Path) -> None:
+    spec = f"qa:{xquad_subset(tmp_path, 40)}"
+    run, results, _ = await _run(runtime, dataset=spec, mode="full", limit=12, concurrency=3, name="xquad-full")
+    assert (run.status, run.items_done, run.items_failed) == ("finished", 12, 0)
+    answered = [r for r in results if r.outcome == "answered"]
+    assert len(answered) >= 8
+    for result in answered:
+        assert set(result.metrics) >= {"faithfulness", "relevance", "correctness", "coverage", "consistency",
+                                       "freshness", "traceability", "overall", "squad_f1", "squad_exact_match",
+                                       "ragas_rouge_l", "ragas_bleu", "ragas_semantic_similarity",
+                                       "ragas_context_precision", "ragas_context_recall", "ndcg@10"}
+        assert result.scorers["ragas_rouge_l"].startswith("ragas") and result.answer
+        assert {"retrieve-1", "generate", "total"} <= set(result.latency_ms)
+        assert result.cost_usd == 0.0  # extractive: no LLM tokens
+    # Extractive answers hold the reference span in a sentence: some match it closely, none is empty.
+    assert run.summary["metrics"]["squad_f1"]["mean"] > 0.05 and max(r.metrics["squad_f1"] for r in answered) >= 0.5
+    assert run.config["generator"] == "extractive" and run.config["prompts"]["answer_extractive"] == 1
+    async with runtime.db.connect() as conn:
+        for table in ("queries", "answers", "answer_scores", "review_items", "conversation_turns"):
+            assert (await conn.execute(text(f"SELECT count(*) FROM {table}"))).scalar_one() == 0, table
+
+
+async def test_compare_finds_a_planted_difference_and_none_between_identical_configurations(
+        runtime: Runtime, migrated_url: str, local_embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    spec = f"qa:{xquad_subset(tmp_path, 60)}"
+    await _run(runtime, dataset=spec, name="xq-default-1")
+    await _run(runtime, dataset=spec, name="xq-default-2")
+    weak = Runtime.open(load_settings(database_url=migrated_url, retrieval_strategies="pattern"))
+    weak.embedder = local_embedder
+    try:
+        planted, _, _ = await _run(weak, dataset=spec, name="xq-pattern-only")
+    finally:
+        await weak.close()
+    assert planted.config_hash != (await runtime.eval_runs.find("xq-default-1")).config_hash
+
+    worse = (await compare_runs(runtime.eval_runs, "xq-default-1", "xq-pattern-only")).comparison
+    ndcg = worse.metric("ndcg@10")
+    assert ndcg.direction == "worse" and ndcg.significant and ndcg.ci_high < 0 and ndcg.n == 60
+    assert worse.worst_items and worse.worst_items[0].regression > 0
+
+    same = (await compare_runs(runtime.eval_runs, "xq-default-1", "xq-default-2")).comparison
+    quality = [m for m in same.metrics if m.metric != "latency_ms"]
+    assert quality and all(not m.significant and m.difference == 0 for m in quality)
+
+
+async def test_the_promotion_gate_refuses_a_regressing_candidate_naming_metric_delta_and_ci(
+        runtime: Runtime, tmp_path: Path) -> None:
+    spec = f"qa:{xquad_subset(tmp_path, 40)}"
+    name = "answer_extractive"
+    # A candidate that abstains on nearly everything: answers vanish, every answer metric drops.
+    timid = await runtime.prompts.create(ADMIN, "prompt", name, NewVersionRequest(
+        parameters={"abstain_below": 0.99}, note="abstains", label="candidate"))
+    same = await runtime.prompts.create(ADMIN, "prompt", name, NewVersionRequest(note="same as production"))
+    await _run(runtime, dataset=spec, mode="full", limit=30, name="gate-production")
+    await _run(runtime, dataset=spec, mode="full", limit=30, name="gate-timid", prompts={name: timid.version})
+    await _run(runtime, dataset=spec, mode="full", limit=30, name="gate-same", prompts={name: same.version})
+
+    with pytest.raises(ConflictError) as refused:
+        await runtime.prompts.move_label(ADMIN, "prompt", name, "production", timid.version, "try",
+                                         eval_run="gate-timid")
+    message = str(refused.value)
+    assert "offline gate refuses" in message and "95% CI" in message and "squad_f1" in message
+    assert (await runtime.prompt_repository.labels("prompt", name))["production"] == 1
+
+    with pytest.raises(ConflictError, match="not version"):  # the run must be of the version promoted
+        await runtime.prompts.move_label(ADMIN, "prompt", name, "production", same.version, None,
+                                         eval_run="gate-timid")
+    move = await runtime.prompts.move_label(ADMIN, "prompt", name, "production", same.version, "no change",
+                                            eval_run="gate-same")
+    assert move.to_version == same.version and "offline gate" in (move.reason or "")
+
+    strict = EvalPromotionGate(runtime.eval_runs, runtime.prompt_repository, required=True, tolerance=0.02,
+                               tolerances={})
+    with pytest.raises(ConflictError, match="needs an eval run"):
+        await strict.check("prompt", name, timid.version, None)
