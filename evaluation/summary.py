@@ -32,7 +32,9 @@ def run_scores(results: Sequence[EvalItemResult]) -> RunScores:
             continue
         for name, value in item_values(result).items():
             sums[name][result.item_id].append(value)
-    return {name: {item: float(np.mean(values)) for item, values in by_item.items()} for name, by_item in sums.items()}
+    # sum/len, not np.mean: a numpy call per item costs ~10x more on runs of 10,000 items.
+    return {name: {item: sum(values) / len(values) for item, values in by_item.items()}
+            for name, by_item in sums.items()}
 
 
 def summarise(results: Sequence[EvalItemResult]) -> dict[str, Any]:

@@ -39,14 +39,15 @@ def _pins(values: list[str]) -> dict[str, int]:
     return pins
 
 
-def _progress(quiet: bool) -> Progress:
+def _progress() -> Progress:
+    # On stderr, so it shows with --json too (stdout holds only the JSON): a run can take hours.
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TimeRemainingColumn(), console=stderr, disable=quiet, transient=False)
+                    TimeRemainingColumn(), console=stderr, transient=False)
 
 
-async def _execute(runtime: Runtime, run_id: uuid.UUID, *, quiet: bool, force: bool = False) -> EvalRun:
+async def _execute(runtime: Runtime, run_id: uuid.UUID, *, force: bool = False) -> EvalRun:
     await runtime.warm_up_embedder()
-    with _progress(quiet) as bar:
+    with _progress() as bar:
         tasks: dict[str, Any] = {}
 
         def on_progress(stage: str, done: int, total: int) -> None:
@@ -108,7 +109,7 @@ def eval_run(
         if queue:
             await runtime.enqueue_eval_run(run.id)
             return (await runtime.eval_runs.get(run.id)).model_dump(mode="json")
-        return (await _execute(runtime, run.id, quiet=as_json)).model_dump(mode="json")
+        return (await _execute(runtime, run.id)).model_dump(mode="json")
 
     found = run_with_runtime(work, check_schema=True)
     if as_json:
@@ -127,7 +128,7 @@ def eval_resume(run: RunArgument,
 
     async def work(runtime: Runtime) -> dict[str, Any]:
         found = await runtime.eval_runs.find(run)
-        return (await _execute(runtime, found.id, quiet=as_json, force=force)).model_dump(mode="json")
+        return (await _execute(runtime, found.id, force=force)).model_dump(mode="json")
 
     found = run_with_runtime(work, check_schema=True)
     if as_json:

@@ -86,11 +86,12 @@ async def experiment(request: Request, experiment_id: uuid.UUID, session: Sessio
 
 @router.post("/experiments/{experiment_id}/promote")
 async def promote(request: Request, experiment_id: uuid.UUID, session: FormSessionDep, reason: Reason = "",
-                  force: Annotated[str, Form(max_length=10)] = "") -> Response:
+                  force: Annotated[str, Form(max_length=10)] = "",
+                  eval_run: Annotated[str, Form(max_length=200)] = "") -> Response:
     require_admin(session, "promote a candidate")
     try:
         await runtime(request).prompts.promote(session.caller, experiment_id, force=bool(force),
-                                               reason=reason.strip() or None)
+                                               reason=reason.strip() or None, eval_run=eval_run.strip() or None)
     except RagServiceError as exc:  # e.g. the candidate has not won: say why, and offer force
         return await _experiment_page(request, experiment_id, status_code=exc.status_code, error=exc.message,
                                       offer_force=True)
