@@ -7,11 +7,11 @@ The 240 paragraphs are ingested once as documents (collection xquad; source URI 
 ``ragsvc serve`` runs on the same data dir with the default configuration (no LLM: extractive
 answers) and each of the 1,190 questions is POSTed to /v1/query:
 
-- exact match and token F1 (SQuAD's normalisation: lowercase, no punctuation or articles) of the
-  answer against the best-matching reference answer. The answer compared is ``short_answer`` when
-  the pipeline extracted one, else the first sentence of the answer (without citation markers);
-  both are reported separately too, as is F1 of the full answer text;
-- semantic similarity: cosine of the local MiniLM embeddings of that answer and the reference;
+- answer quality from an eval run (``ragsvc eval run --mode full`` in process, through
+  ``evaluation.runner``, stored and reportable: the run id is printed): SQuAD exact match and token F1
+  of ``short_answer`` when the pipeline extracted one, else the answer's first sentence, against the
+  best reference; ragas' SemanticSimilarity with the local MiniLM; the seven grades; also exact
+  match / F1 on short answers only. The run asks its own collection (the paragraphs, ingested once);
 - citation hit rate: the first citation is the paragraph that holds the answer (goal >= 0.90),
   over all questions (an abstention or a clarification counts as a miss);
 - answered rate (outcome ``answered``), short-answer rate and exact match / F1 on short answers,
@@ -33,7 +33,6 @@ import collections
 import json
 import os
 import platform
-import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,17 +42,12 @@ import numpy as np
 
 from benchmarks.datasets import BENCH_DATA, DATA, ensure_ingested, open_runtime, xquad, xquad_without_gold
 from benchmarks.server import ServerFailed, serve
-from evaluation.metrics import best_match as best
 from evaluation.metrics import normalize as normalize  # re-exported: train_answerability uses it
+from rag_service.domain import EvalRunRequest
 
 
 def log(message: str) -> None:
     print(message, flush=True)
-
-
-def first_sentence(answer: str) -> str:
-    text = re.sub(r"\s*\[\d+(?:,\s*\d+)*\]", "", answer or "")
-    return re.split(r"(?<=[.!?])\s+", text.strip(), maxsplit=1)[0]
 
 
 def expected_calibration_error(probability: np.ndarray, label: np.ndarray, bins: int = 10) -> float:
@@ -87,6 +81,34 @@ async def ask_all(base: str, rows: list[dict], concurrency: int,
         await asyncio.gather(*[worker() for _ in range(concurrency)])
         wall = time.perf_counter() - started
     return results, latencies, wall
+
+
+async def answer_quality(data_dir: Path, limit: int | None) -> dict:
+    """The answer figures from a stored eval run (mode full) on the XQuAD file."""
+    runtime = open_runtime(data_dir)
+    try:
+        await runtime.warm_up_embedder()
+        run = await runtime.eval_runner.create(EvalRunRequest(
+            dataset=f"qa:{DATA / 'xquad_en' / 'xquad_en_flat.jsonl'}", mode="full", limit=limit, concurrency=4,
+            name="bench-answers"), created_by="benchmarks.answers")
+        run = await runtime.eval_runner.execute(run.id)
+        results = [r for r in await runtime.eval_runs.results(run.id) if r.error is None]
+    finally:
+        await runtime.close()
+
+    def mean(name: str, chosen: list) -> float | None:  # noqa: ANN001
+        values = [r.metrics[name] for r in chosen if r.metrics.get(name) is not None]
+        return round(float(np.mean(values)), 4) if values else None
+
+    short = [r for r in results if r.short_answer]
+    seven = ("overall", "faithfulness", "relevance", "correctness", "coverage", "consistency", "freshness",
+             "traceability")
+    return {"id": str(run.id), "items_done": run.items_done, "exact_match": mean("squad_exact_match", results),
+            "token_f1": mean("squad_f1", results), "semantic_similarity": mean("ragas_semantic_similarity", results),
+            "short_answer_rate": round(len(short) / len(results), 4) if results else None,
+            "exact_match_short_answers_only": mean("squad_exact_match", short),
+            "token_f1_short_answers_only": mean("squad_f1", short),
+            "seven_metrics": {name: mean(name, results) for name in seven}}
 
 
 def main() -> None:
@@ -135,58 +157,37 @@ def main() -> None:
         return
 
     errors = [r for r in results if r is None or "error" in r]
-    em, f1s, em_short, f1_short, f1_full, hits, predictions, references = [], [], [], [], [], [], [], []
     outcomes = collections.Counter()
-    confidences, rights = [], []
+    confidences, rights, hits = [], [], []
     generators = collections.Counter()
     for row, result in zip(rows, results, strict=True):
         if result is None or "error" in result:
             continue
         outcomes[result["outcome"]] += 1
         generators[result.get("generator") or "none"] += 1
-        answer = result.get("answer") or ""
-        prediction = result.get("short_answer") or first_sentence(answer)
-        exact, score, reference = best(prediction, row["answers"])
-        em.append(exact)
-        f1s.append(score)
-        predictions.append(prediction)
-        references.append(reference)
-        if result.get("short_answer"):
-            e, s, _ = best(result["short_answer"], row["answers"])
-            em_short.append(e)
-            f1_short.append(s)
-        f1_full.append(best(re.sub(r"\s*\[\d+\]", "", answer), row["answers"])[1])
         citations = result.get("citations") or []
         hits.append(1.0 if citations and citations[0]["source_uri"] == paragraph_of[row["id"]] else 0.0)
         if result["outcome"] == "answered" and result.get("confidence") is not None:
             confidences.append(result["confidence"])
             rights.append(hits[-1])
     abstained = [r is not None and r.get("outcome") == "no_answer" for r in removed]
-
-    async def similarities() -> list[float]:
-        runtime = open_runtime(args.data_dir)
-        try:
-            vectors_p = await runtime.embedder.embed(predictions)
-            vectors_r = await runtime.embedder.embed(references)
-        finally:
-            await runtime.close()
-        return [float(a @ b) for a, b in zip(vectors_p, vectors_r, strict=True)]
-
-    sims = asyncio.run(similarities()) if predictions else []
+    run = asyncio.run(answer_quality(args.data_dir, args.limit))
+    log(f"eval run {run['id']}: {run['items_done']} items; report: ragsvc eval report {run['id']}")
 
     def mean(values: list[float]) -> float | None:
         return round(float(np.mean(values)), 4) if values else None
 
     figures.update({
-        "responses": len(em), "errors": len(errors),
+        "responses": len(rows) - len(errors), "errors": len(errors),
         "answered_rate": round(outcomes["answered"] / len(rows), 4),
         "abstention_rate_without_paragraph": round(sum(abstained) / len(rows), 4),
         "expected_calibration_error": round(expected_calibration_error(np.array(confidences), np.array(rights)), 4)
         if confidences else None, "outcomes": dict(outcomes), "generators": dict(generators),
-        "exact_match": mean(em), "token_f1": mean(f1s), "semantic_similarity": mean(sims),
-        "short_answer_rate": round(len(em_short) / len(rows), 4),
-        "exact_match_short_answers_only": mean(em_short), "token_f1_short_answers_only": mean(f1_short),
-        "token_f1_full_answer_text": mean(f1_full), "citation_hit_rate": mean(hits),
+        "exact_match": run["exact_match"], "token_f1": run["token_f1"],
+        "semantic_similarity": run["semantic_similarity"], "short_answer_rate": run["short_answer_rate"],
+        "exact_match_short_answers_only": run["exact_match_short_answers_only"],
+        "token_f1_short_answers_only": run["token_f1_short_answers_only"], "seven_metrics": run["seven_metrics"],
+        "eval_run": run["id"], "citation_hit_rate": mean(hits),
         "latency_ms_c1": {"p50": round(float(np.percentile(latencies, 50)), 1),
                           "p95": round(float(np.percentile(latencies, 95)), 1)},
         f"latency_ms_c{args.concurrency}": {"p50": round(float(np.percentile(latencies_n, 50)), 1),
@@ -196,7 +197,7 @@ def main() -> None:
     })
     for key in ("answered_rate", "citation_hit_rate", "short_answer_rate", "exact_match_short_answers_only",
                 "token_f1_short_answers_only", "expected_calibration_error", "abstention_rate_without_paragraph",
-                "exact_match", "token_f1", "semantic_similarity", "latency_ms_c1",
+                "exact_match", "token_f1", "semantic_similarity", "seven_metrics", "latency_ms_c1",
                 "throughput_qps_c1", f"throughput_qps_c{args.concurrency}"):
         log(f"{key:28s} {figures[key]}")
     log(json.dumps(figures))

@@ -60,9 +60,9 @@ import numpy as np
 
 from benchmarks.baselines import bm25s_baseline, corpus_rows, llamaindex_baseline
 from benchmarks.datasets import BENCH_DATA, RetrievalSet, ensure_ingested, open_runtime, scifact, xquad
-from benchmarks.ir import NO_RESULT, latency, quality, ranking
+from benchmarks.ir import latency, quality, ranking
 from benchmarks.server import ServerFailed, serve
-from rag_service.domain import RetrievalRequest, SearchFilter
+from evaluation.items import EvalItem, retrieval_item
 from rag_service.runtime import Runtime
 
 ALL_STRATEGIES = ("semantic", "keyword", "pattern", "metadata")
@@ -114,43 +114,27 @@ def report(name: str, figure: dict[str, Any], notes: str = "") -> None:
 
 async def run_configuration(runtime: Runtime, dataset: RetrievalSet, qids: list[str],
                             fields: dict[str, Any]) -> dict[str, Any]:
-    retriever = runtime.retriever
-    flt = SearchFilter(collection=dataset.collection)
-
-    def request(query: str) -> RetrievalRequest:
-        return RetrievalRequest(query=query, filter=flt, top_k=100, **fields)
-
-    await retriever.retrieve(request(dataset.queries[qids[0]]))  # warm-up, not measured
-    run: dict[str, dict[str, float]] = {}
-    ms: list[float] = []
-    iterations: list[int] = []
-    documents: list[int] = []
-    reranked = rerank_requested = 0
-    errors: list[str] = []
-    for qid in qids:
-        req = request(dataset.queries[qid])
-        try:
-            start = time.perf_counter()
-            result = await retriever.retrieve(req)
-            ms.append((time.perf_counter() - start) * 1000)
-        except Exception as exc:  # recorded and counted; the query scores as empty
-            errors.append(f"{type(exc).__name__}: {exc}")
-            run[qid] = ranking([])
-            continue
-        run[qid] = ranking(c.hit.source_uri for c in result.candidates)
-        documents.append(len(run[qid]) if NO_RESULT not in run[qid] else 0)
-        iterations.append(len(result.iterations))
-        if result.rerank is not None:
-            rerank_requested += 1
-            reranked += result.rerank.applied
-    figure: dict[str, Any] = {**quality(dataset.qrels, run), **latency(ms), "queries": len(qids),
-                              "mean_iterations": round(float(np.mean(iterations)), 3) if iterations else None,
-                              "mean_documents": round(float(np.mean(documents)), 1) if documents else None,
-                              "errors": len(errors)}
-    if rerank_requested:
-        figure["rerank_applied"] = f"{reranked}/{rerank_requested}"
-    if errors:
-        figure["first_error"] = errors[0][:300]
+    """Each query through the eval runner's retrieval step (``evaluation.items.retrieval_item``: the
+    same request, document collapsing and ranx metrics as ``ragsvc eval run --mode retrieval``), one
+    call at a time, with this configuration's request fields."""
+    items = [EvalItem(id=qid, question=dataset.queries[qid], relevant=dataset.qrels[qid]) for qid in qids]
+    await retrieval_item(runtime.retriever, items[0], dataset.collection, 0, fields)  # warm-up, not measured
+    results = [await retrieval_item(runtime.retriever, item, dataset.collection, 0, fields) for item in items]
+    ok = [r for r in results if r.error is None]
+    # A query that failed scores 0 on every measure (as an empty ranking would), and is counted.
+    scores = {name: round(float(np.mean([r.metrics.get(name, 0.0) for r in results])), 4)
+              for name in ("ndcg@10", "recall@100", "mrr@10")}
+    reranked = [r.metrics["reranked"] for r in ok if "reranked" in r.metrics]
+    iterations = [1 + r.latency_ms.get("adaptive_iterations", 0) for r in ok]
+    documents = [len(r.retrieved) for r in ok]
+    figure: dict[str, Any] = {**scores, **latency([r.latency_ms["total"] for r in ok]), "queries": len(qids),
+                              "mean_iterations": round(float(np.mean(iterations)), 3) if ok else None,
+                              "mean_documents": round(float(np.mean(documents)), 1) if ok else None,
+                              "errors": len(results) - len(ok)}
+    if reranked:
+        figure["rerank_applied"] = f"{int(sum(reranked))}/{len(reranked)}"
+    if len(ok) < len(results):
+        figure["first_error"] = next(r.error for r in results if r.error)[:300]
     return figure
 
 

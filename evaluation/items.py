@@ -70,11 +70,14 @@ def ir_metrics_names(metrics: Mapping[str, object]) -> list[str]:
     return [name for name in metrics if "@" in name]
 
 
-async def retrieval_item(retriever: Retrieves, item: EvalItem, collection: str, repetition: int) -> EvalItemResult:
+async def retrieval_item(retriever: Retrieves, item: EvalItem, collection: str, repetition: int,
+                         fields: Mapping[str, Any] | None = None) -> EvalItemResult:
+    """``fields``: request fields beyond query, collection and depth (strategies, rerank, adaptive), for
+    benchmarks that measure one configuration of the retriever; a run leaves them to the settings."""
     result = EvalItemResult(item_id=item.id, repetition=repetition, question=item.question,
                             references=list(item.references))
     request = RetrievalRequest(query=item.question[:MAX_QUERY_CHARS], filter=SearchFilter(collection=collection),
-                               top_k=RETRIEVAL_DEPTH)
+                               top_k=RETRIEVAL_DEPTH, **(fields or {}))
     started = time.perf_counter()
     try:
         found: RetrievalResult = await retriever.retrieve(request)
@@ -90,6 +93,9 @@ async def retrieval_item(retriever: Retrieves, item: EvalItem, collection: str, 
     documents = ranked_documents([c.hit.source_uri for c in found.candidates])
     result.retrieved = [RetrievedRef(rank=i, id=d, score=first_scores[d]) for i, d in enumerate(documents, start=1)]
     _with_ir(result, item, documents)
+    if found.rerank is not None:  # the reranker gives up after its timeout and keeps the fused order
+        result.metrics["reranked"] = float(found.rerank.applied)
+        result.scorers["reranked"] = found.rerank.reranker
     return result
 
 

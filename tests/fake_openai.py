@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 
+import pytest
+
 from tests.http_fakes import running, send_json
 
 
@@ -123,3 +125,18 @@ def fake_openai() -> Iterator[FakeOpenAI]:
     with running(Handler) as url:
         state.url = url + "/v1"
         yield state
+
+
+# --- fixtures (import them into a test module or conftest to use them) -------------------------------------
+
+@pytest.fixture(scope="module")
+def shared_server() -> Iterator[FakeOpenAI]:
+    with fake_openai() as server:
+        yield server
+
+
+@pytest.fixture
+def server(shared_server: FakeOpenAI) -> FakeOpenAI:
+    """One server for the module (stopping one takes half a second), emptied for each test."""
+    shared_server.reset()
+    return shared_server

@@ -7,7 +7,7 @@ import json
 import math
 import random
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -28,7 +28,7 @@ from evaluation.metrics import (
 )
 from rag_service.domain.eval_runs import IR_METRICS, RAGAS_OFFLINE_METRICS
 from rag_service.scoring.ragas_scores import RagasConfig
-from tests.fake_openai import FakeOpenAI, Reply, fake_openai
+from tests.fake_openai import FakeOpenAI, Reply
 
 PARIS = "Paris is the capital and largest city of France, with an estimated population of two million."
 BANANAS = "Bananas are grown in tropical regions and are harvested while still green for export."
@@ -249,16 +249,6 @@ STATEMENTS_PROMPT = "Break down each sentence into one or more fully understanda
 CLASSIFIER_PROMPT = "Given a ground truth and an answer statements"
 
 
-@pytest.fixture(scope="module")
-def shared_server() -> Iterator[FakeOpenAI]:
-    with fake_openai() as server:
-        yield server
-
-
-@pytest.fixture
-def server(shared_server: FakeOpenAI) -> FakeOpenAI:
-    shared_server.reset()
-    return shared_server
 
 
 def queue_judgements(server: FakeOpenAI) -> None:

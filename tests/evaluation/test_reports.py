@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -30,11 +29,9 @@ from rag_service.domain.eval_runs import (
     EvalRunRequest,
     RetrievedRef,
 )
-from tests.conftest import REPO_ROOT
+from tests.browser import ARTIFACTS_ROOT, launch, needs_chromium, new_page
 
-CHROMIUM = Path("/usr/bin/chromium")
-# Read at import: the autouse settings fixture clears RAGSVC_* from the environment for each test.
-ARTIFACTS = REPO_ROOT / os.environ.get("RAGSVC_TEST_ARTIFACTS", "test-artifacts") / "eval-report"
+ARTIFACTS = ARTIFACTS_ROOT / "eval-report"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 IMAGE = re.compile(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)" alt="([^"]*)" width="(\d+)" height="(\d+)"')
 MARKDOWN_IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)]+)\)")
@@ -319,21 +316,16 @@ def test_metric_intervals_are_the_percentile_bootstrap_of_the_mean() -> None:
 
 # --- in a browser ----------------------------------------------------------------------------------------
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed at /usr/bin/chromium "
-                                                  "(apt-get install chromium); the browser test needs it")
+@needs_chromium
 def test_chromium_shows_every_plot(compared_report: Path) -> None:
     sync_api = pytest.importorskip("playwright.sync_api")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     problems: list[str] = []
     requests: list[str] = []
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run", "--disable-quic"])
+        browser = launch(playwright)
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.set_default_timeout(15_000)
+            page = new_page(browser)
             page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
             page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
             page.on("request", lambda r: requests.append(r.url))

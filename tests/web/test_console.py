@@ -4,7 +4,6 @@ Chromium driven by Playwright against a uvicorn server on a real database)."""
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import threading
@@ -31,7 +30,8 @@ from rag_service.domain import Caller
 from rag_service.domain.prompts import NewVersionRequest
 from rag_service.web.charts import Series, histogram_svg
 from rag_service.web.markup import highlighted, linked_answer, spans
-from tests.conftest import REPO_ROOT, DatabaseFactory
+from tests.browser import ARTIFACTS_ROOT, launch, needs_chromium, new_page
+from tests.conftest import DatabaseFactory
 from tests.dbrun import run_on
 from tests.web.conftest import (
     PASSAGE,
@@ -45,9 +45,7 @@ from tests.web.conftest import (
 )
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
-CHROMIUM = Path("/usr/bin/chromium")
-# Read at import: the autouse settings fixture clears RAGSVC_* from the environment for each test.
-ARTIFACTS = REPO_ROOT / os.environ.get("RAGSVC_TEST_ARTIFACTS", "test-artifacts") / "console"
+ARTIFACTS = ARTIFACTS_ROOT / "console"
 CORRECTED_PROMPT = "[system]\nAnswer briefly, quoting the passage.\n[user]\n{{ question }}"
 
 
@@ -313,8 +311,7 @@ def simulate_traffic(url: str, experiment_id: uuid.UUID, control: int, candidate
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed at /usr/bin/chromium "
-                                                  "(apt-get install chromium); the browser test needs it")
+@needs_chromium
 def test_review_to_promotion_in_a_browser(databases: DatabaseFactory, console_data_dir: Path) -> None:
     sync_api = pytest.importorskip("playwright.sync_api")
     expect = sync_api.expect
@@ -325,13 +322,9 @@ def test_review_to_promotion_in_a_browser(databases: DatabaseFactory, console_da
     problems: list[str] = []
 
     with serving(console_settings(url, console_data_dir)) as base, sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run", "--disable-quic"])
+        browser = launch(playwright)
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.set_default_timeout(15_000)
+            page = new_page(browser)
             page.on("console", lambda m: problems.append(f"console {m.type}: {m.text} ({m.location})")
                     if m.type == "error" else None)
             page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
