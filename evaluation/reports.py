@@ -278,7 +278,7 @@ h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #d0d7de;padding-bott
 h3{font-size:15px}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
 th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}
-th{background:#f6f8fa}td{font-variant-numeric:tabular-nums;overflow-wrap:anywhere}
+th{background:#f6f8fa}td{font-variant-numeric:tabular-nums;overflow-wrap:break-word}
 tr.changed td{background:#fff8c5}
 figure{margin:12px 0}img{max-width:100%;height:auto}figcaption,.note{color:#57606a;font-size:13px}
 details summary{cursor:pointer}
