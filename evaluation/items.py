@@ -15,6 +15,7 @@ from typing import Any
 
 from evaluation.metrics import SQUAD_SCORER, AnswerMetrics, ir_metrics, relevant_rank, squad_scores
 from rag_service.domain import (
+    REFERENCE_CORRECTNESS,
     EvalItemResult,
     EvaluationReport,
     QueryRequest,
@@ -29,6 +30,8 @@ from rag_service.errors import RagServiceError
 from rag_service.learning.report import Prices
 from rag_service.pipeline.collaborators import Retrieves
 from rag_service.pipeline.orchestrator import QueryPipeline
+from rag_service.scoring.correctness import against_reference
+from rag_service.scoring.evidence import LOCAL_SCORER
 from rag_service.text.citations import strip_markers
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -161,6 +164,8 @@ async def full_item(pipeline: QueryPipeline, item: EvalItem, collection: str, re
         squad = squad_scores(prediction or "", item.references)
         result.metrics.update(squad)
         result.scorers.update({name: SQUAD_SCORER for name in squad})
+        result.metrics[REFERENCE_CORRECTNESS], result.scorers[REFERENCE_CORRECTNESS] = \
+            reference_correctness(answered.answer if prediction is not None else None, item.references)
     chunk_ids = [uuid.UUID(r["chunk_id"]) for r in captured.retrieval if r.get("chunk_id")]
     texts = await context_texts(chunk_ids) if chunk_ids else {}
     values, scorers = await answer_metrics.score(
@@ -169,6 +174,13 @@ async def full_item(pipeline: QueryPipeline, item: EvalItem, collection: str, re
     result.metrics.update(values)
     result.scorers.update(scorers)
     return result
+
+
+def reference_correctness(answer: str | None, references: Sequence[str]) -> tuple[float, str]:
+    """The local scorer's correctness of the whole answer against its best reference (no answer: 0)."""
+    scored = [against_reference(answer, reference) for reference in references] if answer else []
+    values = [s.value for s in scored if s.value is not None]
+    return (max(values) if values else 0.0), LOCAL_SCORER
 
 
 def first_sentence(answer: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import logging
 import math
 import re
 import string
@@ -124,6 +125,8 @@ Scored = tuple[float | None, str]
 @cache
 def _import_metrics() -> SimpleNamespace:
     """ragas' metric classes; ImportError when ragas is missing (not cached, so a later install works)."""
+    # rouge_score logs "Using default tokenizer" through absl at INFO on every score: one line per item.
+    logging.getLogger("absl").setLevel(logging.WARNING)
     from ragas.dataset_schema import SingleTurnSample
     from ragas.metrics import _NonLLMContextPrecisionWithReference, _NonLLMContextRecall, collections
     return SimpleNamespace(collections=collections, Sample=SingleTurnSample,

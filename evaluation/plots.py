@@ -24,6 +24,7 @@ from rag_service.domain.eval_runs import (
     LATENCY_METRIC,
     LOWER_IS_BETTER,
     RAGAS_OFFLINE_METRICS,
+    REFERENCE_CORRECTNESS,
     SEVEN_METRICS,
     SQUAD_METRICS,
     EvalItemResult,
@@ -41,7 +42,8 @@ NOT_RETRIEVED = "not retrieved"
 # Latency is drawn on a log axis when the slowest item took this many times the fastest: two decades
 # on a linear axis squeeze most items into the first bar.
 LOG_SPREAD = 100.0
-METRIC_ORDER = IR_METRICS + SQUAD_METRICS + RAGAS_OFFLINE_METRICS + SEVEN_METRICS + (LATENCY_METRIC, "cost_usd")
+METRIC_ORDER = (IR_METRICS + SQUAD_METRICS + (REFERENCE_CORRECTNESS,) + RAGAS_OFFLINE_METRICS + SEVEN_METRICS
+                + (LATENCY_METRIC, "cost_usd"))
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,11 @@ def summarise(results: Sequence[EvalItemResult]) -> dict[str, Any]:
     scores = run_scores(results)
     metrics = {name: {"mean": round(float(np.mean(list(by_item.values()))), 4), "n": len(by_item)}
                for name, by_item in scores.items() if by_item}
+    # A metric every item left unscored (consistency of one-sentence answers) is shown as such, not
+    # dropped: a reader looking for it learns it was measured and had nothing to grade.
+    for result in results:
+        for name in result.metrics:
+            metrics.setdefault(name, {"mean": None, "n": 0})
     totals = [r.latency_ms["total"] for r in results if r.error is None and "total" in r.latency_ms]
     outcomes: dict[str, int] = defaultdict(int)
     for result in results:

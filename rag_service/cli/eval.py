@@ -69,7 +69,7 @@ def _show_run(run: dict[str, Any]) -> None:
     if metrics:
         table = Table("metric", "mean", "n")
         for name, value in metrics.items():
-            table.add_row(name, f"{value['mean']:.4f}", str(value["n"]))
+            table.add_row(name, "–" if value["mean"] is None else f"{value['mean']:.4f}", str(value["n"]))
         stderr.print(table)
     if run.get("error"):
         stderr.print(f"[red]error[/]: {run['error']}", highlight=False)

@@ -22,6 +22,7 @@ from rag_service.domain.eval_runs import (
     LATENCY_METRIC,
     LOWER_IS_BETTER,
     RAGAS_OFFLINE_METRICS,
+    REFERENCE_CORRECTNESS,
     SEVEN_METRICS,
     SQUAD_METRICS,
     DatasetRef,
@@ -89,7 +90,8 @@ from rag_service.domain.search import SearchRequest, SearchResponse, SearchResul
 from rag_service.domain.strategies import StrategyName, check_strategy_names, strategy_names
 
 __all__ = [
-    "IR_METRICS", "LATENCY_METRIC", "LOWER_IS_BETTER", "RAGAS_OFFLINE_METRICS", "SEVEN_METRICS", "SQUAD_METRICS",
+    "IR_METRICS", "LATENCY_METRIC", "LOWER_IS_BETTER", "RAGAS_OFFLINE_METRICS", "REFERENCE_CORRECTNESS",
+    "SEVEN_METRICS", "SQUAD_METRICS",
     "DatasetRef", "EvalItemResult", "EvalMode", "EvalRun", "EvalRunRequest", "EvalStatus", "RetrievedRef",
     "GRANTS", "REVIEW_STATUSES", "ROLES", "ApiKeyView", "Caller", "DecisionKind", "EvaluateRequest", "EvaluationReport",
     "EvidenceContext",

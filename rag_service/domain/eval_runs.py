@@ -22,6 +22,9 @@ DatasetKind = Literal["beir", "qa", "golden"]
 IR_METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
 SEVEN_METRICS = ("faithfulness", "relevance", "correctness", "coverage", "consistency", "freshness",
                  "traceability", "overall")
+# The local scorer's correctness against the item's best reference answer: the live grade (the seven)
+# has no reference, so an extractive quote is "correct" against its own evidence by construction.
+REFERENCE_CORRECTNESS = "correctness_vs_reference"
 SQUAD_METRICS = ("squad_exact_match", "squad_f1")  # SQuAD v1.1 normalisation, best over the references
 RAGAS_OFFLINE_METRICS = ("ragas_exact_match", "ragas_rouge_l", "ragas_bleu", "ragas_semantic_similarity",
                          "ragas_context_precision", "ragas_context_recall")

@@ -18,8 +18,9 @@ from rag_service.text.facts import compare, facts
 UNSTATED_WEIGHT = 0.5
 
 
-def _against_reference(inp: ScoringInput, reference: str) -> MetricScore:
-    answer = strip_markers(inp.answer)
+def against_reference(answer: str, reference: str) -> MetricScore:
+    """Correctness of an answer (citation markers allowed) against one reference answer."""
+    answer = strip_markers(answer)
     ref_terms = content_terms(reference)
     ref_facts = {v for _, v in facts(reference).all()}
     if not ref_terms:
@@ -59,7 +60,7 @@ def claim_correctness(inp: ScoringInput, claim: str) -> tuple[float, str]:
 
 def score(inp: ScoringInput) -> MetricScore:
     if inp.reference:
-        return _against_reference(inp, inp.reference)
+        return against_reference(inp.answer, inp.reference)
     claims = [bare(c) for c in inp.checkable_claims]
     if not claims or not inp.contexts:
         reason = "the answer makes no checkable claim" if inp.contexts else "there is no evidence to check against"

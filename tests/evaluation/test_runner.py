@@ -137,8 +137,9 @@ async def test_a_full_run_grades_answers_with_every_metric_and_stores_nothing_us
     for result in answered:
         assert set(result.metrics) >= {"faithfulness", "relevance", "correctness", "coverage", "consistency",
                                        "freshness", "traceability", "overall", "squad_f1", "squad_exact_match",
-                                       "ragas_rouge_l", "ragas_bleu", "ragas_semantic_similarity",
-                                       "ragas_context_precision", "ragas_context_recall", "ndcg@10"}
+                                       "correctness_vs_reference", "ragas_rouge_l", "ragas_bleu",
+                                       "ragas_semantic_similarity", "ragas_context_precision", "ragas_context_recall",
+                                       "ndcg@10"}
         assert result.scorers["ragas_rouge_l"].startswith("ragas") and result.answer
         assert {"retrieve-1", "generate", "total"} <= set(result.latency_ms)
         assert result.cost_usd == 0.0  # extractive: no LLM tokens
