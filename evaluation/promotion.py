@@ -39,7 +39,7 @@ class EvalPromotionGate:
                  tolerances: Mapping[str, float]) -> None:
         self._runs = runs
         self._prompts = prompts
-        self._required = required
+        self.required = required
         self._tolerance = tolerance
         self._tolerances = dict(tolerances)
 
@@ -48,7 +48,7 @@ class EvalPromotionGate:
         Raises ConflictError (409) when it refuses."""
         what = "the router's guidelines" if kind == "guidelines" else f"prompt {name!r}"
         if eval_run is None:
-            if self._required:
+            if self.required:
                 raise ConflictError(
                     f"promoting {what} needs an eval run made with version {version} "
                     f"(RAGSVC_PROMOTION_REQUIRES_EVAL_RUN): run `ragsvc eval run --mode full --prompt "
@@ -60,6 +60,9 @@ class EvalPromotionGate:
         if run.status != "finished":
             raise ConflictError(f"eval run {run.id} is {run.status}; the gate needs a finished run",
                                 fields={"eval_run": str(run.id)})
+        if run.mode != "full":
+            raise ConflictError(f"eval run {run.id} ran retrieval only, which no prompt or guideline changes; the "
+                                f"gate needs a full run (--mode full)", fields={"eval_run": str(run.id)})
         used = (run.config.get("prompts") or {}).get(key)
         if used != version:
             raise ConflictError(f"eval run {run.id} answered with {what} version {used}, not version {version}; "
@@ -72,7 +75,17 @@ class EvalPromotionGate:
                 f"{run.dataset.name}@{run.dataset.version}, mode {run.mode}, under the same configuration to compare "
                 f"with; run one (`ragsvc eval run --dataset {run.request.dataset} --mode {run.mode}`)",
                 fields={"eval_run": str(run.id)})
+        if run.items_failed > baseline.items_failed:
+            # Failed items are left out of the paired comparison, so a version that breaks answers must be
+            # caught here: otherwise fewer, easier items would be compared and could pass.
+            raise ConflictError(
+                f"the offline gate refuses: {run.items_failed} items failed in eval run {run.id} (version "
+                f"{version}) against {baseline.items_failed} in production's run {baseline.id}",
+                fields={"eval_run": str(run.id), "baseline_run": str(baseline.id)})
         found = await compare_runs(self._runs, str(baseline.id), str(run.id))
+        if not any(metric.n for metric in found.comparison.metrics):
+            raise ConflictError(f"the offline gate refuses: eval runs {run.id} and {baseline.id} have no metric "
+                                f"scored on the same items", fields={"eval_run": str(run.id)})
         tolerance = {m.metric: self._tolerances.get(m.metric, self._tolerance) for m in found.comparison.metrics}
         decision = gate(found.comparison, tolerance=tolerance)
         if not decision.passed:

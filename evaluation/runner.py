@@ -63,6 +63,7 @@ class RunnerParts:
     embedder_name: str
     generator: str  # "extractive", or the LLM's model names
     answer_prompt: str  # the prompt the configured generator answers with
+    judge_prompt: str | None  # the LLM judge's prompt when it grades (its production version is recorded)
     prices: Prices
     golden_rows: Callable[[], Awaitable[list[dict[str, Any]]]]
     db_engine: Any  # for VACUUM ANALYZE after a fresh ingest
@@ -103,17 +104,25 @@ class EvalRunner:
             items_total=len(items) * request.repeat, created_by=created_by)
 
     async def _versions(self, request: EvalRunRequest) -> dict[str, int | None]:
-        """The prompt and guideline versions this run answers with (pinned ones checked to exist)."""
+        """The prompt and guideline versions this run answers with, resolved now and pinned for its
+        whole execution (a queued or resumed run does not pick up later production moves). Only pins
+        that change the run are accepted: the answering prompt and the guidelines, in full mode."""
         if request.mode == "retrieval":
-            unknown = sorted(set(request.prompts) - {GUIDELINES_PIN})
-            if unknown:
-                raise InvalidInputError(f"prompts {unknown} are not used in retrieval mode; run with mode full "
-                                        "to measure a prompt version")
-        names = sorted({self._parts.answer_prompt, *request.prompts} - {GUIDELINES_PIN})
+            if request.prompts:
+                raise InvalidInputError(f"prompts {sorted(request.prompts)} are not used in retrieval mode; run with "
+                                        "mode full to measure a prompt or guidelines version")
+            return {}  # retrieval reads no prompt: recording one would change the hash for nothing
+        pinnable = {self._parts.answer_prompt, GUIDELINES_PIN}
+        unused = sorted(set(request.prompts) - pinnable)
+        if unused:
+            raise InvalidInputError(f"prompts {unused} cannot be pinned in an eval run: this configuration answers "
+                                    f"with {self._parts.answer_prompt!r} (and the {GUIDELINES_PIN!r})")
         try:
-            versions: dict[str, int | None] = dict(await PinnedPrompts(self._parts.prompts,
-                                                                       request.prompts).resolved(names))
+            versions: dict[str, int | None] = dict(await PinnedPrompts(self._parts.prompts, request.prompts).resolved(
+                [self._parts.answer_prompt]))
             guidelines, _ = await PinnedGuidelines(self._parts.prompts, request.prompts.get(GUIDELINES_PIN)).current()
+            if self._parts.judge_prompt is not None:  # graded with production's judge prompt: recorded, not pinned
+                versions.update(await PinnedPrompts(self._parts.prompts, {}).resolved([self._parts.judge_prompt]))
         except RagServiceError as exc:
             raise InvalidInputError(f"prompts: {exc}") from exc
         versions[GUIDELINES_PIN] = guidelines
@@ -208,7 +217,8 @@ class EvalRunner:
         if run.mode == "retrieval":
             return lambda item, repetition: retrieval_item(parts.retriever, item, run.collection, repetition)
         history = EvalHistory()
-        pins = dict(run.request.prompts)
+        # Every version resolved when the run was created, production's included, is pinned.
+        pins = {name: version for name, version in (run.config.get("prompts") or {}).items() if version is not None}
         pipeline = parts.make_pipeline(history, PinnedPrompts(parts.prompts, pins),
                                        PinnedGuidelines(parts.prompts, pins.get(GUIDELINES_PIN)))
         wait_for_grades = pipeline.evaluator.llm_grader is not None

@@ -219,6 +219,7 @@ class Runtime:
             embedder_name=self.embedder.name,
             generator=f"llm:{s.llm_model_simple},{s.llm_model_moderate},{s.llm_model_complex}" if llm else "extractive",
             answer_prompt=LLM_ANSWER_PROMPT if llm else EXTRACTIVE_PROMPT,
+            judge_prompt=JUDGE_PROMPT if llm and s.eval_llm_judge else None,
             prices=Prices(s.llm_usd_per_1k_prompt_tokens, s.llm_usd_per_1k_completion_tokens),
             golden_rows=self.eval_runs.golden_rows, db_engine=self.db.engine))
 

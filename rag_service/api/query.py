@@ -100,8 +100,12 @@ async def get_guidelines(runtime: RuntimeDep) -> GuidelinesPublic:
 @router.put("/guidelines", response_model=GuidelinesPublic, summary="Store a new version of the guidelines",
             description="Validated as a whole (unique names, known query types and strategies, valid regexes); "
                         "the new version takes effect at once in this process and within seconds in others. "
-                        "The version records the key that stored it.",
-            responses={422: {"description": "Invalid guidelines (the body says what to fix)"}}, **role("admin"))
+                        "The version records the key that stored it. Refused (409) while "
+                        "RAGSVC_PROMOTION_REQUIRES_EVAL_RUN is set: then new guidelines go through "
+                        "`/v1/guidelines/versions` and an eval run.",
+            responses={409: {"description": "The offline promotion gate is required"},
+                       422: {"description": "Invalid guidelines (the body says what to fix)"}}, **role("admin"))
 async def put_guidelines(body: GuidelinesUpdate, runtime: RuntimeDep, caller: AdminDep) -> GuidelinesPublic:
+    runtime.prompts.refuse_ungated_production("new guidelines")
     version = await runtime.guidelines.put(body.guidelines, body.comment, author=caller.label)
     return GuidelinesPublic(version=version, guidelines=body.guidelines)

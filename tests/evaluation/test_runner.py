@@ -102,7 +102,7 @@ async def test_a_beir_retrieval_run_stores_every_item_with_ranx_metrics_and_repr
         assert result.relevant_rank is not None and result.latency_ms["total"] > 0
     # Distinct topics: the real retriever puts the one relevant document first nearly always.
     assert first.summary["metrics"]["ndcg@10"]["mean"] >= 0.8
-    assert first.config["prompts"]["guidelines"] == 1 and first.config_hash
+    assert first.config["prompts"] == {} and first.config_hash  # retrieval reads no prompt
     chunks = await _chunk_ids(runtime, first.collection)
     assert len(set(chunks)) >= len(DOCUMENTS)
 
@@ -202,5 +202,61 @@ async def test_the_promotion_gate_refuses_a_regressing_candidate_naming_metric_d
 
     strict = EvalPromotionGate(runtime.eval_runs, runtime.prompt_repository, required=True, tolerance=0.02,
                                tolerances={})
+    gate_before = runtime.prompts.offline_gate
     with pytest.raises(ConflictError, match="needs an eval run"):
         await strict.check("prompt", name, timid.version, None)
+    runtime.prompts.offline_gate = strict  # the other ways to production close while the gate is required
+    with pytest.raises(ConflictError, match="cannot become production directly"):
+        await runtime.prompts.create(ADMIN, "prompt", name, NewVersionRequest(note="skip", label="production"))
+    with pytest.raises(ConflictError, match="RAGSVC_PROMOTION_REQUIRES_EVAL_RUN"):
+        runtime.prompts.refuse_ungated_production("new guidelines")  # PUT /v1/guidelines
+    runtime.prompts.offline_gate = gate_before
+
+    # A candidate whose items fail must not pass on the fewer items left to compare.
+    production = await runtime.eval_runs.find("gate-production")
+    broken_config = json.loads(json.dumps(production.config))
+    broken_config["prompts"][name] = same.version + 1
+    broken = await runtime.prompts.create(ADMIN, "prompt", name, NewVersionRequest(note="breaks answers"))
+    assert broken.version == same.version + 1
+    await runtime.prompts.move_label(ADMIN, "prompt", name, "production", 1, "back", eval_run="gate-production")
+    record = await runtime.eval_runs.create(
+        name="gate-broken", dataset=production.dataset, request=production.request.model_copy(
+            update={"name": "gate-broken", "prompts": {name: broken.version}}),
+        collection=production.collection, config=broken_config, config_hash="broken", code_version=None,
+        items_total=production.items_total)
+    for position, result in enumerate(await runtime.eval_runs.results(production.id)):
+        await runtime.eval_runs.record(record.id, position, result if position % 3 else result.model_copy(
+            update={"error": "GenerationError: the template failed", "metrics": {}}))
+    await runtime.eval_runs.finish(record.id, summary={})
+    with pytest.raises(ConflictError, match=r"10 items failed in eval run .* against 0"):
+        await strict.check("prompt", name, broken.version, "gate-broken")
+
+
+async def test_the_gate_wants_a_full_run(runtime: Runtime, tmp_path: Path) -> None:
+    await _run(runtime, dataset=f"beir:{beir_dir(tmp_path / 'beir')}", name="retrieval-only")
+    gate = EvalPromotionGate(runtime.eval_runs, runtime.prompt_repository, required=False, tolerance=0.02,
+                             tolerances={})
+    with pytest.raises(ConflictError, match=r"retrieval only.*--mode full"):
+        await gate.check("prompt", "answer_extractive", 1, "retrieval-only")
+
+
+async def test_a_queued_run_answers_with_the_versions_it_recorded_and_only_effective_pins(
+        runtime: Runtime, tmp_path: Path) -> None:
+    spec = f"qa:{xquad_subset(tmp_path, 20)}"
+    name = "answer_extractive"
+    production = (await runtime.prompt_repository.labels("prompt", name))["production"]
+    queued = await runtime.eval_runner.create(EvalRunRequest(dataset=spec, mode="full", limit=8, name="queued"))
+    assert queued.config["prompts"][name] == production and "guidelines" in queued.config["prompts"]
+    # Production moves to a version that abstains on everything before a worker picks the run up.
+    timid = await runtime.prompts.create(ADMIN, "prompt", name, NewVersionRequest(
+        parameters={"abstain_below": 1.0}, note="abstains", label="production"))
+    run = await runtime.eval_runner.execute(queued.id)
+    results = await runtime.eval_runs.results(run.id)
+    assert sum(r.outcome == "answered" for r in results) >= 5, [r.outcome for r in results]
+    later = await runtime.eval_runner.create(EvalRunRequest(dataset=spec, mode="full", limit=8))
+    assert later.config["prompts"][name] == timid.version and later.config_hash != run.config_hash
+
+    with pytest.raises(InvalidInputError, match=r"\['judge_cot'\] cannot be pinned"):
+        await runtime.eval_runner.create(EvalRunRequest(dataset=spec, mode="full", prompts={"judge_cot": 1}))
+    with pytest.raises(InvalidInputError, match="not used in retrieval mode"):
+        await runtime.eval_runner.create(EvalRunRequest(dataset=spec, prompts={"guidelines": 1}))
