@@ -68,6 +68,8 @@ _TIE_TOLERANCE = 1e-9
 class DatasetMismatchError(InvalidInputError, ValueError):
     """The two runs were made on different dataset versions, and comparing them was not allowed."""
 
+    status_code = 409  # the request is well formed; the two runs it names conflict
+
 
 class MetricComparison(BaseModel):
     model_config = ConfigDict(frozen=True)

@@ -21,7 +21,6 @@ from evaluation.compare import (
     paired_bootstrap_ci,
     paired_randomisation_p,
 )
-from rag_service.errors import InvalidInputError
 
 ALPHA = 0.05
 
@@ -243,7 +242,7 @@ def test_different_dataset_versions_are_refused_unless_allowed() -> None:
     run_a, run_b = paired_runs(np.random.default_rng(12), 50, ["ndcg@10"])
     with pytest.raises(DatasetMismatchError, match=r"sha256:aaa.*sha256:bbb") as caught:
         compare(run_a, run_b, dataset_a="sha256:aaa", dataset_b="sha256:bbb")
-    assert isinstance(caught.value, ValueError) and isinstance(caught.value, InvalidInputError)
+    assert isinstance(caught.value, ValueError) and caught.value.status_code == 409  # the HTTP edge: Conflict
     allowed = compare(run_a, run_b, dataset_a="sha256:aaa", dataset_b="sha256:bbb", allow_different_datasets=True)
     assert (allowed.dataset_a, allowed.dataset_b) == ("sha256:aaa", "sha256:bbb")
     assert compare(run_a, run_b, dataset_a="sha256:aaa", dataset_b="sha256:aaa").metric("ndcg@10").n == 50

@@ -119,6 +119,23 @@ async def test_a_finished_run_is_not_run_again_and_bad_requests_say_what_to_fix(
     finished = await runtime.eval_runs.find("beir-a")
     with pytest.raises(ConflictError, match="has finished"):
         await runtime.eval_runner.execute(finished.id)
+    # A finished run with failed items resumes for those items only.
+    async with runtime.db.begin() as conn:
+        await conn.execute(text(
+            "UPDATE eval_results SET failed = true, result = result || '{\"error\": \"planted\"}'::jsonb "
+            "WHERE run_id = :id AND item_id IN ('q2', 'q5')"), {"id": finished.id})
+    assert (await runtime.eval_runs.get(finished.id)).items_failed == 2
+
+    async def finished_at() -> dict[str, object]:
+        async with runtime.db.connect() as conn:
+            return dict((await conn.execute(text("SELECT item_id, finished_at FROM eval_results WHERE run_id = :id"),
+                                            {"id": finished.id})).all())
+
+    before = await finished_at()
+    resumed = await runtime.eval_runner.execute(finished.id)
+    assert (resumed.status, resumed.items_done, resumed.items_failed) == ("finished", 6, 0)
+    after = await finished_at()
+    assert sorted(item for item in after if after[item] != before[item]) == ["q2", "q5"]
     with pytest.raises(InvalidInputError, match="not used in retrieval mode"):
         await runtime.eval_runner.create(EvalRunRequest(dataset=f"beir:{beir_dir(tmp_path / 'b')}",
                                                         prompts={"answer_extractive": 1}))
