@@ -9,6 +9,7 @@ relevant documents; so retrieval metrics work on QA data too.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 
 from evaluation.datasets import CorpusDocument, Dataset, QAItem, RetrievalItem
@@ -60,11 +61,21 @@ def as_loaded(document: CorpusDocument) -> LoadedDocument:
                           metadata=dict(document.metadata))
 
 
+def corpus_version(documents: list[CorpusDocument]) -> str:
+    """A content hash of the corpus alone (ids, titles, texts, metadata), in its order."""
+    digest = hashlib.sha256()
+    for document in documents:
+        digest.update(json.dumps([document.id, document.title, document.text, document.metadata],
+                                 sort_keys=True, default=str).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
 def default_collection(dataset: Dataset) -> str:
-    """A collection of the dataset's own, named by its content version: changed data gets a new one,
-    the same data reuses it."""
+    """A collection of the dataset's own, named by the hash of its corpus: a changed corpus gets a new
+    one; the same corpus reuses it, whatever the split, queries or qrels (they change no document)."""
     name = _NOT_IN_NAMES.sub("-", dataset.name).strip("-")[:60] or "dataset"
-    return f"eval-{dataset.kind}-{name}-{dataset.version[:12]}"
+    return f"eval-{dataset.kind}-{name}-{corpus_version(corpus_documents(dataset))[:12]}"
 
 
 def run_collection(dataset: Dataset, request: EvalRunRequest) -> str:

@@ -91,6 +91,9 @@ class EvalRunner:
         if missing:
             raise InvalidInputError(f"eval runs need {', '.join(missing)}: install the eval extra ({EVAL_EXTRA})")
         dataset = await self.load(request)
+        kind, path = parse_dataset_spec(request.dataset)
+        if path is not None:  # a worker, or a resume from another directory, must find the same files
+            request = request.model_copy(update={"dataset": f"{kind}:{path.resolve()}"})
         items = eval_items(dataset, request.limit)
         prompts = await self._versions(request)
         config = snapshot(self._parts.settings, embedder=self._parts.embedder_name, generator=self._parts.generator,
@@ -215,7 +218,8 @@ class EvalRunner:
     def _item_function(self, run: EvalRun) -> Callable[[EvalItem, int], Awaitable[Any]]:
         parts = self._parts
         if run.mode == "retrieval":
-            return lambda item, repetition: retrieval_item(parts.retriever, item, run.collection, repetition)
+            return lambda item, repetition: retrieval_item(parts.retriever, item, item.collection or run.collection,
+                                                           repetition)
         history = EvalHistory()
         # Every version resolved when the run was created, production's included, is pinned.
         pins = {name: version for name, version in (run.config.get("prompts") or {}).items() if version is not None}

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from rag_service.domain.documents import COLLECTION_PATTERN
+
 EvalMode = Literal["retrieval", "full"]
 EvalStatus = Literal["queued", "running", "finished", "failed"]
 DatasetKind = Literal["beir", "qa", "golden"]
@@ -51,7 +53,7 @@ class EvalRunRequest(BaseModel):
     split: str = Field(default="test", pattern=r"^[\w.-]{1,64}$", description="BEIR qrels split.")
     mode: EvalMode = Field(default="retrieval", description="retrieval: IR metrics only; full: answers, the seven "
                                                             "grades and the answer metrics too.")
-    collection: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:-]{1,128}$", description=(
+    collection: str | None = Field(default=None, pattern=COLLECTION_PATTERN, description=(
         "Run against this collection (its corpus is ingested into it when the dataset has one). Default: a "
         "collection named after the dataset and its version, ingested once and reused."))
     limit: int | None = Field(default=None, ge=1, le=1_000_000, description="Only the first N items.")

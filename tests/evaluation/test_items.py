@@ -1,9 +1,14 @@
-"""The per-item pieces that need no database: the answer's correctness against its references, and a
-run's summary of metrics no item could grade."""
+"""The pieces that need no database: the answer's correctness against its references, a run's summary
+of metrics no item could grade, and the collection a dataset's corpus goes to."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+from evaluation.datasets import load_beir
 from evaluation.items import reference_correctness
+from evaluation.preparation import default_collection
 from evaluation.summary import summarise
 from rag_service.domain import EvalItemResult
 
@@ -24,3 +29,22 @@ def test_a_metric_no_item_could_grade_is_in_the_summary_with_n_zero() -> None:
     metrics = summarise(results)["metrics"]
     assert metrics["faithfulness"] == {"mean": 0.6, "n": 3}
     assert metrics["consistency"] == {"mean": None, "n": 0}
+
+
+def _beir(root: Path, corpus: dict[str, str], qrels: str) -> Path:
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "title": "", "text": t}) + "\n"
+                                               for d, t in corpus.items()))
+    (root / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "which one?"}) + "\n")
+    (root / "qrels" / "test.tsv").write_text(f"query-id\tcorpus-id\tscore\n{qrels}\n")
+    return root
+
+
+def test_the_default_collection_follows_the_corpus_not_the_qrels(tmp_path: Path) -> None:
+    corpus = {"d1": "Tides follow the moon.", "d2": "Bees dance."}
+    base = load_beir(_beir(tmp_path / "a" / "set", corpus, "q1\td1\t1"), "test")
+    other_qrels = load_beir(_beir(tmp_path / "b" / "set", corpus, "q1\td2\t1"), "test")
+    edited = load_beir(_beir(tmp_path / "c" / "set", {**corpus, "d2": "Bees waggle."}, "q1\td1\t1"), "test")
+    assert base.version != other_qrels.version  # different datasets...
+    assert default_collection(base) == default_collection(other_qrels)  # ...on the same documents
+    assert default_collection(edited) != default_collection(base)

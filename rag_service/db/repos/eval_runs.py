@@ -90,8 +90,9 @@ class EvalRunRepository:
 
     async def start(self, run_id: uuid.UUID, *, force: bool = False) -> EvalRun:
         """Mark the run running (again, when resumed). A finished run is run again only for its
-        failed items (every other result stays), and a run that reported progress in the last ``ALIVE_S`` seconds is someone else's to finish unless
-        ``force`` (two processes on one run waste work but store each result once)."""
+        failed items (every other result stays), and a run that reported progress in the last
+        ``ALIVE_S`` seconds is someone else's to finish unless ``force`` (two processes on one run
+        waste work but store each result once)."""
         async with self._db.begin() as conn:
             row = (await conn.execute(text(
                 "SELECT status, extract(epoch FROM now() - heartbeat_at) AS quiet_s, (SELECT count(*) FROM "
