@@ -41,7 +41,7 @@ items). A metric present on every item gets exactly the ordinary bootstrap: the 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Literal
 
 import numpy as np
@@ -63,6 +63,15 @@ _CHUNK_CELLS = 1 << 19
 # computed two ways (observed directly, flipped through a matrix product), and discrete metrics
 # (exact match, recall over few documents) make exact ties common; rounding must not break them.
 _TIE_TOLERANCE = 1e-9
+
+
+# The metric a reader looks at first: an answer run's overall grade, a retrieval run's nDCG@10.
+HEADLINE_METRICS = ("overall", "ndcg@10", "squad_f1")
+
+
+def _headline(metrics: Sequence[str], lower_is_better: Collection[str]) -> str | None:
+    preferred = [m for m in HEADLINE_METRICS if m in metrics] + [m for m in metrics if m not in lower_is_better]
+    return (preferred or list(metrics) or [None])[0]
 
 
 class DatasetMismatchError(InvalidInputError, ValueError):
@@ -317,7 +326,8 @@ def compare(run_a: RunScores, run_b: RunScores, *, lower_is_better: frozenset[st
 
     ``lower_is_better`` names metrics where a decrease is an improvement (latency_ms, cost); names
     not in the runs are ignored, so one set can serve every comparison. ``worst`` items that got
-    worse most are listed by ``worst_by`` (default: run A's first shared metric). ``dataset_a`` and
+    worse most are listed by ``worst_by`` (default: the first of ``HEADLINE_METRICS`` both runs have,
+    else their first shared quality metric). ``dataset_a`` and
     ``dataset_b`` are the runs' dataset versions (content hashes); when both are known and differ,
     :class:`DatasetMismatchError` is raised unless ``allow_different_datasets``."""
     _check_parameters(confidence, resamples)
@@ -378,7 +388,7 @@ def compare(run_a: RunScores, run_b: RunScores, *, lower_is_better: frozenset[st
             p_value=float(p_raw[column]) if count else None, p_holm=float(p_holm[column]) if count else None,
             significant=significant, direction=_direction(significant, difference, higher_is_better)))
 
-    by = worst_by if worst_by is not None else (metrics[0] if metrics else None)
+    by = worst_by if worst_by is not None else _headline(metrics, lower_is_better)
     worst_items = () if by is None else _worst_items(by, scored_a, scored_b, by not in lower_is_better, worst)
     return Comparison(metrics=tuple(results), worst_items=worst_items, worst_by=by,
                       metrics_only_in_a=tuple(m for m in run_a if m not in run_b),

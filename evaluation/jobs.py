@@ -12,6 +12,7 @@ from procrastinate import tasks as procrastinate_tasks
 
 from evaluation.runner import EvalRunner
 from ingestion.jobs import TASKS, QueueConsumer
+from rag_service.db.repos.eval_runs import EvalRunRepository
 
 TASK_NAME = "eval_run"
 QUEUE = "eval"
@@ -21,14 +22,20 @@ CONTEXT_KEY = "eval"
 @TASKS.task(name=TASK_NAME, queue=QUEUE, pass_context=True)
 async def eval_task(context: JobContext, run_id: str) -> None:
     runner: EvalRunner = context.additional_context[CONTEXT_KEY]
-    # force: the queue gives a job to one worker at a time; a retried job's run may look recent.
-    await runner.execute(uuid.UUID(run_id), force=True)
+    # A retried job (its worker died) may find its run's heartbeat still recent: it takes the run over.
+    # A first attempt does not: if someone resumed the run by hand meanwhile, that process keeps it.
+    await runner.execute(uuid.UUID(run_id), force=bool(context.job.attempts))
 
 
 def consumer(runner: EvalRunner) -> QueueConsumer:
     return QueueConsumer(queue=QUEUE, task_name=TASK_NAME, context_key=CONTEXT_KEY, context=runner)
 
 
-async def enqueue_run(queue: App, run_id: uuid.UUID) -> int:
+async def enqueue_run(queue: App, run_id: uuid.UUID, runs: EvalRunRepository) -> int:
+    """Defer the run; if that fails, the run says so instead of staying 'queued' for ever."""
     deferrer = procrastinate_tasks.configure_task(name=TASK_NAME, job_manager=queue.job_manager, queue=QUEUE)
-    return await deferrer.defer_async(run_id=str(run_id))
+    try:
+        return await deferrer.defer_async(run_id=str(run_id))
+    except Exception as exc:
+        await runs.finish(run_id, summary={}, error=f"could not be queued: {type(exc).__name__}: {exc}")
+        raise

@@ -32,9 +32,9 @@ from evaluation.sources import GUIDELINES_PIN, EvalHistory, PinnedGuidelines, Pi
 from evaluation.summary import summarise
 from ingestion.pipeline import IngestOptions, Ingestor
 from rag_service.config import Settings
-from rag_service.db.repos.eval_runs import EvalRunRepository
+from rag_service.db.repos.eval_runs import ALIVE_S, EvalRunRepository
 from rag_service.db.repos.prompts import PromptRepository
-from rag_service.domain import DatasetRef, EvalRun, EvalRunRequest
+from rag_service.domain import DatasetRef, EvalItemResult, EvalRun, EvalRunRequest
 from rag_service.errors import ConflictError, InvalidInputError, RagServiceError
 from rag_service.learning.report import Prices
 from rag_service.pipeline.collaborators import GuidelineSource, PromptSource, QueryHistory, Retrieves
@@ -138,6 +138,7 @@ class EvalRunner:
         """Run (or resume) a run to the end; returns the finished record. A failure outside the
         items (the dataset changed, the database went away) marks the run failed, resumable."""
         run = await self._parts.runs.start(run_id, force=force)
+        beat = asyncio.create_task(self._heartbeat(run_id))
         try:
             dataset = await self.load(run.request)
             if dataset.version != run.dataset.version:
@@ -151,6 +152,8 @@ class EvalRunner:
             why = str(exc) if isinstance(exc, RagServiceError) else f"{type(exc).__name__}: {exc}"
             await self._parts.runs.finish(run_id, summary=summarise(await self._parts.runs.results(run_id)), error=why)
             raise
+        finally:
+            beat.cancel()
         results = await self._parts.runs.results(run_id)
         finished = await self._parts.runs.finish(run_id, summary=summarise(results))
         target = LangfuseTarget.from_settings(self._parts.settings)
@@ -159,6 +162,16 @@ class EvalRunner:
             log.info("eval run %s sent to Langfuse as dataset run %s (%d items, %d scores, %d errors)",
                      run_id, report.run_name, report.items, report.scores, len(report.errors))
         return finished
+
+    async def _heartbeat(self, run_id: uuid.UUID) -> None:
+        """Tell other processes the run is alive (``start`` refuses a second process within ALIVE_S), also
+        through a long corpus ingest or slow items, when no result is being stored."""
+        while True:
+            await asyncio.sleep(ALIVE_S / 4)
+            try:
+                await self._parts.runs.heartbeat(run_id)
+            except Exception:  # a missed beat at worst lets a forced resume in; the run goes on
+                log.warning("eval run %s: heartbeat not stored", run_id, exc_info=True)
 
     async def _ingest(self, dataset: Dataset, collection: str, progress: ProgressCallback | None) -> None:
         documents = corpus_documents(dataset)
@@ -175,10 +188,11 @@ class EvalRunner:
             raise InvalidInputError(f"{report.failed} corpus documents could not be ingested; first: "
                                     f"{report.errors[0] if report.errors else 'no detail'}")
         if report.added or report.updated:
-            # Fresh rows: give the planner statistics now, as autovacuum would for a long-running server.
+            # Fresh rows: give the planner statistics now, as autovacuum would for a long-running server
+            # (the tables ingestion fills, not the whole database another service may share).
             async with self._parts.db_engine.connect() as conn:
                 conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-                await conn.execute(text("VACUUM ANALYZE"))
+                await conn.execute(text("VACUUM ANALYZE documents, chunks, keyword_postings"))
 
     async def _items(self, run: EvalRun, items: Sequence[EvalItem], progress: ProgressCallback | None) -> None:
         done = await self._parts.runs.done(run.id)
@@ -199,7 +213,12 @@ class EvalRunner:
                     position, item, repetition = queue.get_nowait()
                 except asyncio.QueueEmpty:
                     return
-                result = await run_one(item, repetition)
+                try:
+                    result = await run_one(item, repetition)
+                except Exception as exc:  # a step outside the item's own guard (its metrics): the item fails
+                    log.warning("eval run %s: item %s failed", run.id, item.id, exc_info=True)
+                    result = EvalItemResult(item_id=item.id, repetition=repetition, question=item.question,
+                                            references=list(item.references), error=f"{type(exc).__name__}: {exc}")
                 await self._parts.runs.record(run.id, position, result)
                 finished += 1
                 if progress is not None:

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from procrastinate import App, JobContext, PsycopgConnector
+from procrastinate import App, JobContext, PsycopgConnector, signals
 from procrastinate import tasks as procrastinate_tasks
+from procrastinate.worker import Worker
 
 from ingestion.loaders import LoadedDocument, LoadError, load_bytes
 from ingestion.pipeline import IngestOptions, Ingestor, Progress
@@ -182,8 +183,8 @@ async def recover_stalled_jobs(queue: App, stalled_after_s: float, task_names: t
 async def run_worker(database_url: str, deps: JobDeps, *, heartbeat_s: float, stalled_after_s: float,
                      also: tuple[QueueConsumer, ...] = (), install_signal_handlers: bool = True) -> None:
     """Consume ingestion jobs (and the ``also`` kinds) until cancelled (or SIGTERM/SIGINT when
-    handlers are installed). One job of each kind runs at a time: a long eval run does not hold up
-    ingestion."""
+    handlers are installed: running jobs finish first). One job of each kind runs at a time: a long
+    eval run does not hold up ingestion."""
     queue = make_queue(database_url)
     task_names = (TASK_NAME, *(c.task_name for c in also))
     async with queue.open_async():
@@ -198,13 +199,24 @@ async def run_worker(database_url: str, deps: JobDeps, *, heartbeat_s: float, st
 
         recovery = asyncio.create_task(recovery_loop())
         started = time.monotonic()
+        context = {"ingest": deps, **{c.context_key: c.context for c in also}}
+        # One procrastinate worker per queue, each running one job at a time: with one worker over all
+        # queues, two eval runs could take every slot and hold ingestion up for hours.
+        workers = [Worker(app=queue, queues=[name], name=f"{name}-worker", concurrency=1, additional_context=context,
+                          update_heartbeat_interval=heartbeat_s, stalled_worker_timeout=stalled_after_s,
+                          install_signal_handlers=False, delete_jobs="successful")
+                   for name in (QUEUE, *(c.queue for c in also))]
+
+        def stop_all() -> None:
+            for worker in workers:
+                worker.stop()
+
         try:
-            await queue.run_worker_async(
-                queues=[QUEUE, *(c.queue for c in also)], concurrency=1 + len(also),
-                additional_context={"ingest": deps, **{c.context_key: c.context for c in also}},
-                update_heartbeat_interval=heartbeat_s, stalled_worker_timeout=stalled_after_s,
-                install_signal_handlers=install_signal_handlers, delete_jobs="successful",
-            )
+            queue.perform_import_paths()
+            with signals.on_stop(stop_all) if install_signal_handlers else contextlib.nullcontext():
+                async with asyncio.TaskGroup() as group:
+                    for worker in workers:
+                        group.create_task(worker.run())
         finally:
             recovery.cancel()
             with contextlib.suppress(asyncio.CancelledError):

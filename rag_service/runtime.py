@@ -261,7 +261,7 @@ class Runtime:
         """Defer a recorded eval run to the workers (from a process without an open queue: the CLI)."""
         queue = make_queue(self.db.url)
         async with queue.open_async():
-            await enqueue_run(queue, run_id)
+            await enqueue_run(queue, run_id, self.eval_runs)
 
     async def warm_up_embedder(self) -> None:
         """Load the embedding model; records failure instead of raising, for /readyz to report."""

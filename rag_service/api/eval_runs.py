@@ -38,7 +38,7 @@ class EvalResultsPage(BaseModel):
              responses={422: {"description": "Bad request or malformed dataset"}}, **role("admin"))
 async def create_run(body: EvalRunRequest, request: Request, runtime: RuntimeDep, caller: AdminDep) -> JSONResponse:
     run = await runtime.eval_runner.create(body, created_by=caller.label)
-    await enqueue_run(request.app.state.queue, run.id)
+    await enqueue_run(request.app.state.queue, run.id, runtime.eval_runs)
     return JSONResponse(run.model_dump(mode="json"), status_code=202, headers={"Location": f"/v1/eval-runs/{run.id}"})
 
 

@@ -7,6 +7,7 @@ workers instead. Every command takes ``--json``.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from pathlib import Path
@@ -252,7 +253,8 @@ def eval_report(run: RunArgument,
         else:
             target = await runtime.eval_runs.find(run)
             results, extra = await runtime.eval_runs.results(target.id), {}
-        path = output or Path(f"eval-report-{target.name or str(target.id)[:8]}.{chosen}")
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", target.name or str(target.id)[:8]).strip(".-") or str(target.id)[:8]
+        path = output or Path(f"eval-report-{stem}.{chosen}")
         written = write_report(path, chosen, target, results, **extra)
         return {"run": str(target.id), "path": str(written.resolve()), "format": chosen,
                 "seconds": round(time.perf_counter() - started, 2)}

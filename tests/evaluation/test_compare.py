@@ -294,3 +294,10 @@ def test_comparing_two_10k_item_runs_on_12_metrics_stays_within_seconds() -> Non
     print(f"\ncompare: 10,000 items x 12 metrics x 10,000 resamples in {elapsed:.2f} s")
     assert result.metric("metric_0").significant  # the work was done, not skipped
     assert elapsed < 10.0
+
+
+def test_the_worst_items_follow_the_headline_metric_not_latency() -> None:
+    run_a, run_b = paired_runs(np.random.default_rng(5), 30, ["latency_ms", "recall@10", "ndcg@10"])
+    assert compare(run_a, run_b, lower_is_better={"latency_ms"}, resamples=200).worst_by == "ndcg@10"
+    run_a, run_b = paired_runs(np.random.default_rng(5), 30, ["latency_ms", "bleu"])
+    assert compare(run_a, run_b, lower_is_better={"latency_ms"}, resamples=200).worst_by == "bleu"

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from evaluation.comparisons import compare_runs
-from evaluation.datasets import load_beir
+from evaluation.datasets import load_beir, load_qa
 from evaluation.preparation import default_collection
 from evaluation.promotion import EvalPromotionGate
 from rag_service.config import load_settings
@@ -277,3 +277,33 @@ async def test_a_queued_run_answers_with_the_versions_it_recorded_and_only_effec
         await runtime.eval_runner.create(EvalRunRequest(dataset=spec, mode="full", prompts={"judge_cot": 1}))
     with pytest.raises(InvalidInputError, match="not used in retrieval mode"):
         await runtime.eval_runner.create(EvalRunRequest(dataset=spec, prompts={"guidelines": 1}))
+
+
+async def test_an_item_whose_metrics_fail_is_recorded_failed_and_the_run_goes_on(
+        runtime: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = f"qa:{xquad_subset(tmp_path, 20)}"
+    import evaluation.items
+
+    squad = evaluation.items.squad_scores
+    first_references = list(load_qa(XQUAD).items[0].answers)
+
+    def breaks_on_one(prediction: str, references: list[str]) -> dict[str, float | None]:
+        if list(references) == first_references:
+            raise ValueError("metric blew up")
+        return squad(prediction, references)
+
+    monkeypatch.setattr(evaluation.items, "squad_scores", breaks_on_one)
+    run, results, _ = await _run(runtime, dataset=spec, mode="full", limit=4, name="one-item-breaks")
+    assert (run.status, run.items_done, run.items_failed) == ("finished", 4, 1)
+    assert [r.error for r in results if r.error] == ["ValueError: metric blew up"]
+
+
+async def test_a_run_that_cannot_be_queued_says_so(runtime: Runtime, migrated_url: str, tmp_path: Path) -> None:
+    from evaluation.jobs import enqueue_run
+    from ingestion.jobs import make_queue
+
+    run = await runtime.eval_runner.create(EvalRunRequest(dataset=f"beir:{beir_dir(tmp_path / 'beir')}"))
+    with pytest.raises(Exception):  # noqa: B017, PT011 - procrastinate's own "app not open" error
+        await enqueue_run(make_queue(migrated_url), run.id, runtime.eval_runs)  # never opened
+    failed = await runtime.eval_runs.get(run.id)
+    assert failed.status == "failed" and failed.error.startswith("could not be queued")

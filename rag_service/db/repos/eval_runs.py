@@ -110,6 +110,10 @@ class EvalRunRepository:
                 "started_at = coalesce(started_at, now()), heartbeat_at = now() WHERE id = :id"), {"id": run_id})
         return await self.get(run_id)
 
+    async def heartbeat(self, run_id: uuid.UUID) -> None:
+        async with self._db.begin() as conn:
+            await conn.execute(text("UPDATE eval_runs SET heartbeat_at = now() WHERE id = :id"), {"id": run_id})
+
     async def done(self, run_id: uuid.UUID) -> set[tuple[str, int]]:
         """(item id, repetition) of every result stored without an error (failed items are tried again)."""
         async with self._db.connect() as conn:
