@@ -114,6 +114,9 @@ def distributions(metrics: Mapping[str, Sequence[Series]]) -> Png | None:
     columns = min(4, len(drawn))
     rows = -(-len(drawn) // columns)
     runs = max(drawn.values(), key=len)
+    # A run keeps its colour in every panel, also one it alone has a value for.
+    labels = list(dict.fromkeys(one.label for series in metrics.values() for one in series))
+    colour_of = {label: COLOURS[i % len(COLOURS)] for i, label in enumerate(labels)}
     legend = 0.3 if len(runs) > 1 else 0.0
     figure = _figure(2.6 * columns, 0.6 + legend + 1.9 * rows)
     axes = figure.subplots(rows, columns, squeeze=False).ravel()
@@ -121,11 +124,12 @@ def distributions(metrics: Mapping[str, Sequence[Series]]) -> Png | None:
     for ax, (name, series) in zip(axes, drawn.items(), strict=False):
         pooled = np.concatenate([s.values for s in series])
         bins = np.linspace(0.0, 1.0, 21) if is_unit_scale(name, pooled) else np.histogram_bin_edges(pooled, bins=20)
-        for colour, one in zip(COLOURS, series, strict=False):
+        for one in series:
             ax.hist(one.values, bins=bins, weights=np.full(one.values.size, 1.0 / one.values.size),
-                    histtype="step" if len(series) > 1 else "stepfilled", color=colour, linewidth=1.4,
+                    histtype="step" if len(series) > 1 else "stepfilled", color=colour_of[one.label], linewidth=1.4,
                     alpha=1.0 if len(series) > 1 else 0.8, label=f"{one.label} (n={one.values.size})")
-        ax.set_title(_plain(name if len(series) > 1 else f"{name} (n={series[0].values.size})"), fontsize=9)
+        only = f"{series[0].label} only, " if len(series) < len(runs) else ""  # a metric one run lacks
+        ax.set_title(_plain(name if len(series) > 1 else f"{name} ({only}n={series[0].values.size})"), fontsize=9)
         ax.tick_params(labelsize=7)
         ax.xaxis.set_major_locator(MaxNLocator(5))  # costs have long tick labels; five keep them apart
         ax.set_ylabel("share of items", fontsize=7)
