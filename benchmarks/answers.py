@@ -43,7 +43,7 @@ import numpy as np
 from benchmarks.datasets import BENCH_DATA, DATA, ensure_ingested, open_runtime, xquad, xquad_without_gold
 from benchmarks.server import ServerFailed, serve
 from evaluation.metrics import normalize as normalize  # re-exported: train_answerability uses it
-from rag_service.domain import EvalRunRequest
+from rag_service.domain import REFERENCE_CORRECTNESS, EvalRunRequest
 
 
 def log(message: str) -> None:
@@ -108,6 +108,7 @@ async def answer_quality(data_dir: Path, limit: int | None) -> dict:
             "short_answer_rate": round(len(short) / len(results), 4) if results else None,
             "exact_match_short_answers_only": mean("squad_exact_match", short),
             "token_f1_short_answers_only": mean("squad_f1", short),
+            "correctness_vs_reference": mean(REFERENCE_CORRECTNESS, results),
             "seven_metrics": {name: mean(name, results) for name in seven}}
 
 
@@ -187,6 +188,7 @@ def main() -> None:
         "semantic_similarity": run["semantic_similarity"], "short_answer_rate": run["short_answer_rate"],
         "exact_match_short_answers_only": run["exact_match_short_answers_only"],
         "token_f1_short_answers_only": run["token_f1_short_answers_only"], "seven_metrics": run["seven_metrics"],
+        "correctness_vs_reference": run["correctness_vs_reference"],
         "eval_run": run["id"], "citation_hit_rate": mean(hits),
         "latency_ms_c1": {"p50": round(float(np.percentile(latencies, 50)), 1),
                           "p95": round(float(np.percentile(latencies, 95)), 1)},
@@ -197,7 +199,8 @@ def main() -> None:
     })
     for key in ("answered_rate", "citation_hit_rate", "short_answer_rate", "exact_match_short_answers_only",
                 "token_f1_short_answers_only", "expected_calibration_error", "abstention_rate_without_paragraph",
-                "exact_match", "token_f1", "semantic_similarity", "seven_metrics", "latency_ms_c1",
+                "exact_match", "token_f1", "semantic_similarity", "seven_metrics", "correctness_vs_reference",
+                "latency_ms_c1",
                 "throughput_qps_c1", f"throughput_qps_c{args.concurrency}"):
         log(f"{key:28s} {figures[key]}")
     log(json.dumps(figures))
