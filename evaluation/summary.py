@@ -4,34 +4,40 @@ comparison (repetitions of an item averaged, so the item stays the unit that is 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from evaluation.compare import RunScores
-from rag_service.domain import LATENCY_METRIC, EvalItemResult
+from rag_service.domain import LATENCY_METRIC, EvalItemResult, ScoreRow
 
 
-def item_values(result: EvalItemResult) -> dict[str, float]:
+def score_row(result: EvalItemResult) -> ScoreRow:
+    return ScoreRow(result.item_id, result.metrics, result.latency_ms.get("total"), result.cost_usd,
+                    result.error is not None)
+
+
+def item_values(row: ScoreRow) -> dict[str, float]:
     """Every number of an item that a comparison can pair: its metrics, total latency and cost."""
-    values = {name: float(value) for name, value in result.metrics.items() if value is not None}
-    if "total" in result.latency_ms:
-        values[LATENCY_METRIC] = float(result.latency_ms["total"])
-    if result.cost_usd is not None:
-        values["cost_usd"] = float(result.cost_usd)
+    values = {name: float(value) for name, value in row.metrics.items() if value is not None}
+    if row.latency_total_ms is not None:
+        values[LATENCY_METRIC] = float(row.latency_total_ms)
+    if row.cost_usd is not None:
+        values["cost_usd"] = float(row.cost_usd)
     return values
 
 
-def run_scores(results: Sequence[EvalItemResult]) -> RunScores:
+def run_scores(results: Iterable[EvalItemResult | ScoreRow]) -> RunScores:
     """metric -> item id -> mean over the item's repetitions. Failed items are left out: an error is
     not a score of 0 on every metric (it is counted in the run's summary instead)."""
     sums: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for result in results:
-        if result.error is not None:
+    for one in results:
+        row = one if isinstance(one, ScoreRow) else score_row(one)
+        if row.failed:
             continue
-        for name, value in item_values(result).items():
-            sums[name][result.item_id].append(value)
+        for name, value in item_values(row).items():
+            sums[name][row.item_id].append(value)
     # sum/len, not np.mean: a numpy call per item costs ~10x more on runs of 10,000 items.
     return {name: {item: sum(values) / len(values) for item, values in by_item.items()}
             for name, by_item in sums.items()}

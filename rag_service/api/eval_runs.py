@@ -88,7 +88,7 @@ async def report(run_id: uuid.UUID, runtime: RuntimeDep, _: ReviewerDep,
     from evaluation.reports import render_html  # matplotlib: the eval extra, loaded when a report is asked for
 
     if against is not None:
-        found = await compare_runs(runtime.eval_runs, against, str(run_id))
+        found = await compare_runs(runtime.eval_runs, against, str(run_id), with_results=True)
         # Drawing the plots is CPU work: off the event loop.
         page = await asyncio.to_thread(render_html, found.run_b, found.results_b, against=found.run_a,
                                        against_results=found.results_a, comparison=found.comparison)

@@ -246,7 +246,7 @@ def eval_report(run: RunArgument,
     async def work(runtime: Runtime) -> dict[str, Any]:
         started = time.perf_counter()
         if against is not None:
-            found = await compare_runs(runtime.eval_runs, against, run,
+            found = await compare_runs(runtime.eval_runs, against, run, with_results=True,
                                        allow_different_datasets=allow_different_datasets)
             target, results = found.run_b, found.results_b
             extra = {"against": found.run_a, "against_results": found.results_a, "comparison": found.comparison}

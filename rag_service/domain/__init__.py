@@ -32,6 +32,7 @@ from rag_service.domain.eval_runs import (
     EvalRunRequest,
     EvalStatus,
     RetrievedRef,
+    ScoreRow,
 )
 from rag_service.domain.evaluation import (
     METRICS,
@@ -92,7 +93,7 @@ from rag_service.domain.strategies import StrategyName, check_strategy_names, st
 __all__ = [
     "IR_METRICS", "LATENCY_METRIC", "LOWER_IS_BETTER", "RAGAS_OFFLINE_METRICS", "REFERENCE_CORRECTNESS",
     "SEVEN_METRICS", "SQUAD_METRICS",
-    "DatasetRef", "EvalItemResult", "EvalMode", "EvalRun", "EvalRunRequest", "EvalStatus", "RetrievedRef",
+    "DatasetRef", "EvalItemResult", "EvalMode", "EvalRun", "EvalRunRequest", "EvalStatus", "RetrievedRef", "ScoreRow",
     "GRANTS", "REVIEW_STATUSES", "ROLES", "ApiKeyView", "Caller", "DecisionKind", "EvaluateRequest", "EvaluationReport",
     "EvidenceContext",
     "GateMode", "GateVerdict", "MetricValue", "ReviewCategory", "ReviewStatus", "ReviewTier", "ReviewTrigger",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
@@ -110,3 +110,13 @@ class EvalItemResult(BaseModel):
     tokens: dict[str, int] | None = None
     cost_usd: float | None = None
     error: str | None = None
+
+
+class ScoreRow(NamedTuple):
+    """An item result as a comparison reads it (``EvalRunRepository.scores``): its numbers only."""
+
+    item_id: str
+    metrics: dict[str, float | None]
+    latency_total_ms: float | None
+    cost_usd: float | None
+    failed: bool

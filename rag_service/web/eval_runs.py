@@ -33,7 +33,7 @@ async def report(request: Request, run_id: uuid.UUID, session: SessionDep,
 
     runs = runtime(request).eval_runs
     if against:
-        found = await compare_runs(runs, against, str(run_id))
+        found = await compare_runs(runs, against, str(run_id), with_results=True)
         page = await asyncio.to_thread(render_html, found.run_b, found.results_b, against=found.run_a,
                                        against_results=found.results_a, comparison=found.comparison)
     else:

@@ -15,6 +15,7 @@ from evaluation.comparisons import compare_runs
 from evaluation.datasets import load_beir, load_qa
 from evaluation.preparation import default_collection
 from evaluation.promotion import EvalPromotionGate
+from evaluation.summary import run_scores
 from rag_service.config import load_settings
 from rag_service.domain import Caller, EvalRunRequest
 from rag_service.domain.prompts import NewVersionRequest
@@ -105,6 +106,8 @@ async def test_a_beir_retrieval_run_stores_every_item_with_ranx_metrics_and_repr
     assert first.config["prompts"] == {} and first.config_hash  # retrieval reads no prompt
     chunks = await _chunk_ids(runtime, first.collection)
     assert len(set(chunks)) >= len(DOCUMENTS)
+    # What a comparison loads (the numbers only, picked out in PostgreSQL) scores as the whole results do.
+    assert run_scores(await runtime.eval_runs.scores(first.id)) == run_scores(results)
 
     second, again, _ = await _run(runtime, dataset=spec, name="beir-b")
     assert second.config_hash == first.config_hash and second.collection == first.collection

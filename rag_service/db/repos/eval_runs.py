@@ -18,7 +18,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from rag_service.db.engine import Database
 from rag_service.db.values import strip_nul
-from rag_service.domain import DatasetRef, EvalItemResult, EvalRun, EvalRunRequest
+from rag_service.domain import DatasetRef, EvalItemResult, EvalRun, EvalRunRequest, ScoreRow
 from rag_service.errors import ConflictError, NotFoundError
 
 ALIVE_S = 60  # a running run quiet for longer is taken to be interrupted (its process died)
@@ -142,6 +142,17 @@ class EvalRunRepository:
                 "SELECT result FROM eval_results WHERE run_id = :id ORDER BY position, repetition "
                 "LIMIT :limit OFFSET :offset"), {"id": run_id, "limit": limit, "offset": offset})).all()
         return [EvalItemResult.model_validate(r.result) for r in rows]
+
+    async def scores(self, run_id: uuid.UUID) -> list[ScoreRow]:
+        """Every result's numbers (metrics, total latency, cost, failed), in dataset order: what a
+        comparison reads. A retrieval run's results carry 100 ranked documents each; loading and
+        validating whole results dominated comparing large runs (8.8 s for two of 10,000 items)."""
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(text(
+                "SELECT item_id, result->'metrics' AS metrics, (result->'latency_ms'->>'total')::float8 AS latency, "
+                "(result->>'cost_usd')::float8 AS cost, failed FROM eval_results WHERE run_id = :id "
+                "ORDER BY position, repetition"), {"id": run_id})).all()
+        return [ScoreRow(r.item_id, r.metrics or {}, r.latency, r.cost, r.failed) for r in rows]
 
     async def finish(self, run_id: uuid.UUID, *, summary: dict[str, Any], error: str | None = None) -> EvalRun:
         async with self._db.begin() as conn:
