@@ -59,6 +59,13 @@ async def _execute(runtime: Runtime, run_id: uuid.UUID, *, force: bool = False) 
         return await runtime.eval_runner.execute(run_id, on_progress, force=force)
 
 
+def _emit_run(run: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        emit_json(run)
+    else:
+        _show_run(run)
+
+
 def _show_run(run: dict[str, Any]) -> None:
     dataset = run["dataset"]
     stderr.print(f"run {run['id']}{' (' + run['name'] + ')' if run['name'] else ''}: {run['status']}, "
@@ -112,11 +119,7 @@ def eval_run(
             return (await runtime.eval_runs.get(run.id)).model_dump(mode="json")
         return (await _execute(runtime, run.id)).model_dump(mode="json")
 
-    found = run_with_runtime(work, check_schema=True)
-    if as_json:
-        emit_json(found)
-    else:
-        _show_run(found)
+    _emit_run(run_with_runtime(work, check_schema=True), as_json)
 
 
 @eval_app.command("resume")
@@ -125,17 +128,14 @@ def eval_resume(run: RunArgument,
                 force: Annotated[bool, typer.Option("--force", help="Even if it reported progress in the last "
                                                                     "minute (its process is known to be gone).")]
                 = False, as_json: JsonFlag = False) -> None:
-    """Continue an interrupted or failed run; finished items are not run again."""
+    """Continue an interrupted or failed run, or redo a finished run's failed items; items already
+    stored without an error are not run again."""
 
     async def work(runtime: Runtime) -> dict[str, Any]:
         found = await runtime.eval_runs.find(run)
         return (await _execute(runtime, found.id, force=force)).model_dump(mode="json")
 
-    found = run_with_runtime(work, check_schema=True)
-    if as_json:
-        emit_json(found)
-    else:
-        _show_run(found)
+    _emit_run(run_with_runtime(work, check_schema=True), as_json)
 
 
 @eval_app.command("list")
