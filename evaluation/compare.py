@@ -78,6 +78,7 @@ class DatasetMismatchError(InvalidInputError, ValueError):
     """The two runs were made on different dataset versions, and comparing them was not allowed."""
 
     status_code = 409  # the request is well formed; the two runs it names conflict
+    exit_code = 6  # as ConflictError's
 
 
 class MetricComparison(BaseModel):

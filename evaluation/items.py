@@ -31,7 +31,7 @@ from rag_service.learning.report import Prices
 from rag_service.pipeline.collaborators import Retrieves
 from rag_service.pipeline.orchestrator import QueryPipeline
 from rag_service.scoring.correctness import against_reference
-from rag_service.scoring.evidence import LOCAL_SCORER
+from rag_service.scoring.evidence import LOCAL_SCORER, content_terms
 from rag_service.text.citations import strip_markers
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -176,8 +176,11 @@ async def full_item(pipeline: QueryPipeline, item: EvalItem, collection: str, re
     return result
 
 
-def reference_correctness(answer: str | None, references: Sequence[str]) -> tuple[float, str]:
-    """The local scorer's correctness of the whole answer against its best reference (no answer: 0)."""
+def reference_correctness(answer: str | None, references: Sequence[str]) -> tuple[float | None, str]:
+    """The local scorer's correctness of the whole answer against its best reference: no answer
+    scores 0; references with no content to compare (all stop words) give no score."""
+    if not any(content_terms(reference) for reference in references):
+        return None, LOCAL_SCORER
     scored = [against_reference(answer, reference) for reference in references] if answer else []
     values = [s.value for s in scored if s.value is not None]
     return (max(values) if values else 0.0), LOCAL_SCORER

@@ -36,17 +36,30 @@ def _without(config: dict[str, Any], key: str) -> dict[str, Any]:
 
 class EvalPromotionGate:
     def __init__(self, runs: EvalRunRepository, prompts: PromptRepository, *, required: bool, tolerance: float,
-                 tolerances: Mapping[str, float]) -> None:
+                 tolerances: Mapping[str, float], answer_prompt: str) -> None:
         self._runs = runs
         self._prompts = prompts
         self.required = required
+        # What an eval run can answer with another version of (evaluation.runner._versions): the gate
+        # covers these; other prompts (the judge's, the optimiser's, the answer prompt this
+        # configuration does not use) no eval run exercises, so none can be evidence for them.
+        self._gated = {answer_prompt, GUIDELINES_PIN}
         self._tolerance = tolerance
         self._tolerances = dict(tolerances)
+
+    def gates(self, kind: PromptKind, name: str) -> bool:
+        return _pin_key(kind, name) in self._gated
 
     async def check(self, kind: PromptKind, name: str, version: int, eval_run: str | None) -> str | None:
         """None when no run was given and none is required; else the gate's reason for letting it pass.
         Raises ConflictError (409) when it refuses."""
         what = "the router's guidelines" if kind == "guidelines" else f"prompt {name!r}"
+        if not self.gates(kind, name):
+            if eval_run is not None:
+                raise ConflictError(f"no eval run exercises {what} in this configuration (runs answer with "
+                                    f"{sorted(self._gated)}), so none can gate it; move the label without one",
+                                    fields={"eval_run": eval_run})
+            return None
         if eval_run is None:
             if self.required:
                 raise ConflictError(

@@ -69,6 +69,9 @@ class RunnerParts:
     db_engine: Any  # for VACUUM ANALYZE after a fresh ingest
 
 
+JUDGE_VERSIONS = "judge_prompt_versions"
+
+
 class EvalRunner:
     def __init__(self, parts: RunnerParts) -> None:
         self._parts = parts
@@ -124,8 +127,6 @@ class EvalRunner:
             versions: dict[str, int | None] = dict(await PinnedPrompts(self._parts.prompts, request.prompts).resolved(
                 [self._parts.answer_prompt]))
             guidelines, _ = await PinnedGuidelines(self._parts.prompts, request.prompts.get(GUIDELINES_PIN)).current()
-            if self._parts.judge_prompt is not None:  # graded with production's judge prompt: recorded, not pinned
-                versions.update(await PinnedPrompts(self._parts.prompts, {}).resolved([self._parts.judge_prompt]))
         except RagServiceError as exc:
             raise InvalidInputError(f"prompts: {exc}") from exc
         versions[GUIDELINES_PIN] = guidelines
@@ -134,10 +135,13 @@ class EvalRunner:
     # --- execution ------------------------------------------------------------------------------
 
     async def execute(self, run_id: uuid.UUID, progress: ProgressCallback | None = None, *,
-                      force: bool = False) -> EvalRun:
+                      force: bool = False, redo_failed: bool = False) -> EvalRun:
         """Run (or resume) a run to the end; returns the finished record. A failure outside the
-        items (the dataset changed, the database went away) marks the run failed, resumable."""
-        run = await self._parts.runs.start(run_id, force=force)
+        items (the dataset changed, the database went away) marks the run failed, resumable.
+        ``redo_failed``: a finished run with failed items runs them again (an explicit resume only:
+        a retried queue job must not change a finished run that may already be a gate's evidence)."""
+        run = await self._parts.runs.start(run_id, force=force, redo_failed=redo_failed)
+        judge = await self._judge_versions(run)
         beat = asyncio.create_task(self._heartbeat(run_id))
         try:
             dataset = await self.load(run.request)
@@ -150,18 +154,28 @@ class EvalRunner:
             raise  # interrupted: stays 'running'; resume continues it
         except Exception as exc:
             why = str(exc) if isinstance(exc, RagServiceError) else f"{type(exc).__name__}: {exc}"
-            await self._parts.runs.finish(run_id, summary=summarise(await self._parts.runs.results(run_id)), error=why)
+            await self._parts.runs.finish(run_id, summary=summarise(await self._parts.runs.results(run_id)) | judge,
+                                          error=why)
             raise
         finally:
             beat.cancel()
         results = await self._parts.runs.results(run_id)
-        finished = await self._parts.runs.finish(run_id, summary=summarise(results))
+        finished = await self._parts.runs.finish(run_id, summary=summarise(results) | judge)
         target = LangfuseTarget.from_settings(self._parts.settings)
         if target is not None:  # no keys: nothing is sent, and nothing is said
             report = await export_run(target, finished, results)
             log.info("eval run %s sent to Langfuse as dataset run %s (%d items, %d scores, %d errors)",
                      run_id, report.run_name, report.items, report.scores, len(report.errors))
         return finished
+
+    async def _judge_versions(self, run: EvalRun) -> dict[str, Any]:
+        """The LLM judge grades with production's judge prompt when the items run (it is not pinned):
+        the versions seen, across resumes, go into the run's summary."""
+        if self._parts.judge_prompt is None or run.mode != "full":
+            return {}
+        seen = set(run.summary.get(JUDGE_VERSIONS, []))
+        seen |= set((await PinnedPrompts(self._parts.prompts, {}).resolved([self._parts.judge_prompt])).values())
+        return {JUDGE_VERSIONS: sorted(seen)}
 
     async def _heartbeat(self, run_id: uuid.UUID) -> None:
         """Tell other processes the run is alive (``start`` refuses a second process within ALIVE_S), also

@@ -214,9 +214,12 @@ async def run_worker(database_url: str, deps: JobDeps, *, heartbeat_s: float, st
         try:
             queue.perform_import_paths()
             with signals.on_stop(stop_all) if install_signal_handlers else contextlib.nullcontext():
-                async with asyncio.TaskGroup() as group:
-                    for worker in workers:
-                        group.create_task(worker.run())
+                try:
+                    async with asyncio.TaskGroup() as group:
+                        for worker in workers:
+                            group.create_task(worker.run())
+                except ExceptionGroup as failed:  # one worker broke (and the others were stopped): say why
+                    raise failed.exceptions[0] from failed
         finally:
             recovery.cancel()
             with contextlib.suppress(asyncio.CancelledError):

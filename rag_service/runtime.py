@@ -131,7 +131,8 @@ class Runtime:
         """Prompt and guideline versions, labels and experiments; chooses each query's prompt version."""
         s = self.settings
         gate = EvalPromotionGate(self.eval_runs, self.prompt_repository, required=s.promotion_requires_eval_run,
-                                 tolerance=s.promotion_eval_tolerance, tolerances=s.promotion_eval_tolerances)
+                                 tolerance=s.promotion_eval_tolerance, tolerances=s.promotion_eval_tolerances,
+                                 answer_prompt=LLM_ANSWER_PROMPT if self.llm is not None else EXTRACTIVE_PROMPT)
         return PromptService(self.prompt_repository, ExperimentRepository(self.db),
                              Prices(s.llm_usd_per_1k_prompt_tokens, s.llm_usd_per_1k_completion_tokens),
                              offline_gate=gate)
@@ -260,8 +261,15 @@ class Runtime:
     async def enqueue_eval_run(self, run_id: uuid.UUID) -> None:
         """Defer a recorded eval run to the workers (from a process without an open queue: the CLI)."""
         queue = make_queue(self.db.url)
-        async with queue.open_async():
-            await enqueue_run(queue, run_id, self.eval_runs)
+        try:
+            async with queue.open_async():
+                await enqueue_run(queue, run_id, self.eval_runs)
+        except Exception as exc:  # the queue could not be opened: the run must not stay 'queued'
+            run = await self.eval_runs.get(run_id)
+            if run.status == "queued":
+                await self.eval_runs.finish(run_id, summary={}, error=f"could not be queued: {type(exc).__name__}: "
+                                                                      f"{exc}")
+            raise
 
     async def warm_up_embedder(self) -> None:
         """Load the embedding model; records failure instead of raising, for /readyz to report."""

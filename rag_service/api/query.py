@@ -17,6 +17,7 @@ from rag_service.api.auth import AdminDep, ReaderDep, role, scoped
 from rag_service.api.deps import RuntimeDep
 from rag_service.api.problems import problem_body
 from rag_service.domain import GuidelineSet, QueryRequest, QueryResult
+from rag_service.domain.prompts import GUIDELINES_NAME
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1", tags=["query"])
@@ -106,6 +107,6 @@ async def get_guidelines(runtime: RuntimeDep) -> GuidelinesPublic:
             responses={409: {"description": "The offline promotion gate is required"},
                        422: {"description": "Invalid guidelines (the body says what to fix)"}}, **role("admin"))
 async def put_guidelines(body: GuidelinesUpdate, runtime: RuntimeDep, caller: AdminDep) -> GuidelinesPublic:
-    runtime.prompts.refuse_ungated_production("new guidelines")
+    runtime.prompts.refuse_ungated_production("guidelines", GUIDELINES_NAME, "new guidelines")
     version = await runtime.guidelines.put(body.guidelines, body.comment, author=caller.label)
     return GuidelinesPublic(version=version, guidelines=body.guidelines)

@@ -46,7 +46,7 @@ def _progress() -> Progress:
                     TimeRemainingColumn(), console=stderr, transient=False)
 
 
-async def _execute(runtime: Runtime, run_id: uuid.UUID, *, force: bool = False) -> EvalRun:
+async def _execute(runtime: Runtime, run_id: uuid.UUID, *, force: bool = False, redo_failed: bool = False) -> EvalRun:
     await runtime.warm_up_embedder()
     with _progress() as bar:
         tasks: dict[str, Any] = {}
@@ -56,7 +56,7 @@ async def _execute(runtime: Runtime, run_id: uuid.UUID, *, force: bool = False) 
                 tasks[stage] = bar.add_task("ingest corpus" if stage == "ingest" else "items", total=total)
             bar.update(tasks[stage], completed=done, total=total)
 
-        return await runtime.eval_runner.execute(run_id, on_progress, force=force)
+        return await runtime.eval_runner.execute(run_id, on_progress, force=force, redo_failed=redo_failed)
 
 
 def _emit_run(run: dict[str, Any], as_json: bool) -> None:
@@ -133,7 +133,7 @@ def eval_resume(run: RunArgument,
 
     async def work(runtime: Runtime) -> dict[str, Any]:
         found = await runtime.eval_runs.find(run)
-        return (await _execute(runtime, found.id, force=force)).model_dump(mode="json")
+        return (await _execute(runtime, found.id, force=force, redo_failed=True)).model_dump(mode="json")
 
     _emit_run(run_with_runtime(work, check_schema=True), as_json)
 

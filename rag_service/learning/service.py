@@ -60,6 +60,10 @@ class OfflineGate(Protocol):
 
     required: bool  # production moves only with an eval run (RAGSVC_PROMOTION_REQUIRES_EVAL_RUN)
 
+    def gates(self, kind: PromptKind, name: str) -> bool:
+        """Whether an eval run can exercise this prompt (the others are not gated)."""
+        ...
+
     async def check(self, kind: PromptKind, name: str, version: int, eval_run: str | None) -> str | None:
         """Raise ConflictError when ``version`` may not become production; else the reason it may
         (None: no eval run given, and none required)."""
@@ -134,13 +138,11 @@ class PromptService:
             return None
         return await self.offline_gate.check(kind, name, version, eval_run)
 
-    def production_needs_eval_run(self) -> bool:
-        return self.offline_gate is not None and self.offline_gate.required
-
-    def refuse_ungated_production(self, what: str) -> None:
+    def refuse_ungated_production(self, kind: PromptKind, name: str, what: str) -> None:
         """Paths that would make a version production with no eval run to show for it (a new version
         labelled production, PUT /v1/guidelines) are closed while the gate is required."""
-        if self.production_needs_eval_run():
+        gate = self.offline_gate
+        if gate is not None and gate.required and gate.gates(kind, name):
             raise ConflictError(
                 f"{what} cannot become production directly while RAGSVC_PROMOTION_REQUIRES_EVAL_RUN is set: store "
                 f"it as a version without the production label, run `ragsvc eval run --mode full --prompt "
@@ -177,7 +179,7 @@ class PromptService:
         parameters = {k: v for k, v in merged.items() if v is not None}
         check_body(kind, name, body, parameters)
         if request.label == PRODUCTION:
-            self.refuse_ungated_production(f"a new version of {name!r}")
+            self.refuse_ungated_production(kind, name, f"a new version of {name!r}")
             await self._no_experiment(kind, name)
         return await self.prompts.create(kind, name, body=body, parameters=parameters, author=actor(caller),
                                          source=source, note=request.note, parent_version=parent.version,

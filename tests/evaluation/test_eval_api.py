@@ -99,3 +99,14 @@ def test_the_console_lists_runs_and_links_their_reports(client: TestClient, keys
     report = client.get(against[0].replace("&amp;", "&"))
     assert report.status_code == 200 and report.text.count("data:image/png;base64,") >= 2
     client.cookies.clear()
+
+
+def test_put_guidelines_is_refused_while_the_offline_gate_is_required(migrated_url: str,
+                                                                      keys: dict[str, str]) -> None:
+    settings = load_settings(database_url=migrated_url, serve_worker="off", promotion_requires_eval_run=True)
+    with TestClient(create_app(settings)) as gated:
+        admin = bearer(keys["admin"])
+        current = gated.get("/v1/guidelines", headers=admin).json()
+        refused = gated.put("/v1/guidelines", json={"guidelines": current["guidelines"]}, headers=admin)
+        assert refused.status_code == 409 and "RAGSVC_PROMOTION_REQUIRES_EVAL_RUN" in refused.text
+        assert gated.get("/v1/guidelines", headers=admin).json()["version"] == current["version"]

@@ -21,6 +21,7 @@ def test_reference_correctness_takes_the_best_reference_and_scores_no_answer_as_
     assert wrong < 0.5
     assert reference_correctness(None, references) == (0.0, "local-v1")
     assert reference_correctness("", references)[0] == 0.0
+    assert reference_correctness("It is.", ["the", "a"])[0] is None  # nothing in the references to compare
 
 
 def test_a_metric_no_item_could_grade_is_in_the_summary_with_n_zero() -> None:

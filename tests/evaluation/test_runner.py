@@ -135,7 +135,9 @@ async def test_a_finished_run_is_not_run_again_and_bad_requests_say_what_to_fix(
                                             {"id": finished.id})).all())
 
     before = await finished_at()
-    resumed = await runtime.eval_runner.execute(finished.id)
+    with pytest.raises(ConflictError, match="2 failed items; resume it"):  # a queue job's retry leaves it
+        await runtime.eval_runner.execute(finished.id)
+    resumed = await runtime.eval_runner.execute(finished.id, redo_failed=True)  # `ragsvc eval resume`
     assert (resumed.status, resumed.items_done, resumed.items_failed) == ("finished", 6, 0)
     after = await finished_at()
     assert sorted(item for item in after if after[item] != before[item]) == ["q2", "q5"]
@@ -221,7 +223,7 @@ async def test_the_promotion_gate_refuses_a_regressing_candidate_naming_metric_d
     assert move.to_version == same.version and "offline gate" in (move.reason or "")
 
     strict = EvalPromotionGate(runtime.eval_runs, runtime.prompt_repository, required=True, tolerance=0.02,
-                               tolerances={})
+                               tolerances={}, answer_prompt="answer_extractive")
     gate_before = runtime.prompts.offline_gate
     with pytest.raises(ConflictError, match="needs an eval run"):
         await strict.check("prompt", name, timid.version, None)
@@ -229,7 +231,11 @@ async def test_the_promotion_gate_refuses_a_regressing_candidate_naming_metric_d
     with pytest.raises(ConflictError, match="cannot become production directly"):
         await runtime.prompts.create(ADMIN, "prompt", name, NewVersionRequest(note="skip", label="production"))
     with pytest.raises(ConflictError, match="RAGSVC_PROMOTION_REQUIRES_EVAL_RUN"):
-        runtime.prompts.refuse_ungated_production("new guidelines")  # PUT /v1/guidelines
+        runtime.prompts.refuse_ungated_production("guidelines", "guidelines", "new guidelines")  # PUT
+    # A prompt no eval run can exercise (the judge's, here) is not gated: it moves without a run.
+    assert await strict.check("prompt", "judge_cot", 1, None) is None
+    with pytest.raises(ConflictError, match="no eval run exercises prompt 'judge_cot'"):
+        await strict.check("prompt", "judge_cot", 1, "gate-same")
     runtime.prompts.offline_gate = gate_before
 
     # A candidate whose items fail must not pass on the fewer items left to compare.
@@ -255,7 +261,7 @@ async def test_the_promotion_gate_refuses_a_regressing_candidate_naming_metric_d
 async def test_the_gate_wants_a_full_run(runtime: Runtime, tmp_path: Path) -> None:
     await _run(runtime, dataset=f"beir:{beir_dir(tmp_path / 'beir')}", name="retrieval-only")
     gate = EvalPromotionGate(runtime.eval_runs, runtime.prompt_repository, required=False, tolerance=0.02,
-                             tolerances={})
+                             tolerances={}, answer_prompt="answer_extractive")
     with pytest.raises(ConflictError, match=r"retrieval only.*--mode full"):
         await gate.check("prompt", "answer_extractive", 1, "retrieval-only")
 

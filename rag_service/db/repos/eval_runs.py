@@ -88,11 +88,11 @@ class EvalRunRepository:
             total = (await conn.execute(text("SELECT count(*) FROM eval_runs"))).scalar_one()
         return [_run(r) for r in rows], total
 
-    async def start(self, run_id: uuid.UUID, *, force: bool = False) -> EvalRun:
-        """Mark the run running (again, when resumed). A finished run is run again only for its
-        failed items (every other result stays), and a run that reported progress in the last
-        ``ALIVE_S`` seconds is someone else's to finish unless ``force`` (two processes on one run
-        waste work but store each result once)."""
+    async def start(self, run_id: uuid.UUID, *, force: bool = False, redo_failed: bool = False) -> EvalRun:
+        """Mark the run running (again, when resumed). A finished run runs again only with
+        ``redo_failed`` and only for its failed items (every other result stays). A run that reported
+        progress in the last ``ALIVE_S`` seconds is someone else's to finish unless ``force`` (two
+        processes on one run waste work but store each result once)."""
         async with self._db.begin() as conn:
             row = (await conn.execute(text(
                 "SELECT status, extract(epoch FROM now() - heartbeat_at) AS quiet_s, (SELECT count(*) FROM "
@@ -100,8 +100,9 @@ class EvalRunRepository:
                 "FOR UPDATE"), {"id": run_id})).first()
             if row is None:
                 raise NotFoundError(f"no eval run {run_id}")
-            if row.status == "finished" and not row.failed:
-                raise ConflictError(f"eval run {run_id} has finished with every item done; start a new run instead")
+            if row.status == "finished" and not (row.failed and redo_failed):
+                raise ConflictError(f"eval run {run_id} has finished with {row.failed} failed items; "
+                                    + ("resume it to run those again" if row.failed else "start a new run instead"))
             if row.status == "running" and row.quiet_s is not None and row.quiet_s < ALIVE_S and not force:
                 raise ConflictError(f"eval run {run_id} is running elsewhere (progress {float(row.quiet_s):.0f} s "
                                     "ago); wait for it, or resume with force if that process is gone")
