@@ -31,6 +31,7 @@ from rag_service.db.engine import Database, resolve_database_url
 from rag_service.db.repos import ApiKeyRepository, DocumentCatalog, GuidelineRepository, JobRepository, QueryLog
 from rag_service.db.repos.eval_runs import EvalRunRepository
 from rag_service.db.repos.experiments import ExperimentRepository
+from rag_service.db.repos.monitoring import MonitoringRepository
 from rag_service.db.repos.prompts import PromptRepository
 from rag_service.db.repos.reviews import ReviewRepository
 from rag_service.db.repos.server import ServerInfoRepository
@@ -41,7 +42,8 @@ from rag_service.learning.optimizer import PROMPT_NAME as OPTIMIZER_PROMPT
 from rag_service.learning.optimizer import rewriter
 from rag_service.learning.report import Prices
 from rag_service.learning.service import LearningReviews, PromptService
-from rag_service.pipeline.collaborators import GuidelineSource, PromptSource, QueryHistory
+from rag_service.observability.metrics import ServiceMetrics
+from rag_service.pipeline.collaborators import GuidelineSource, PromptSource, QueryHistory, QueryObserver
 from rag_service.pipeline.evaluation import AnswerEvaluator, llm_grader
 from rag_service.pipeline.generation.extractive import PROMPT_NAME as EXTRACTIVE_PROMPT
 from rag_service.pipeline.generation.llm_generator import PROMPT_NAME as LLM_ANSWER_PROMPT
@@ -185,19 +187,31 @@ class Runtime:
     @cached_property
     def pipeline(self) -> QueryPipeline:
         """The query pipeline (guardrails, intent, router, retrieval, generation) for this process."""
-        return self.build_pipeline(self.query_log, self.prompts, self.guidelines)
+        return self.build_pipeline(self.query_log, self.prompts, self.guidelines, observe=self.metrics.observe_query)
 
-    def build_pipeline(self, query_log: QueryHistory, prompts: PromptSource,
-                       guidelines: GuidelineSource) -> QueryPipeline:
+    @cached_property
+    def metrics(self) -> ServiceMetrics:
+        """This process's Prometheus metrics (GET /metrics)."""
+        found = ServiceMetrics()
+        found.set_prices(self.settings.llm_usd_per_1k_prompt_tokens, self.settings.llm_usd_per_1k_completion_tokens)
+        return found
+
+    @cached_property
+    def monitoring(self) -> MonitoringRepository:
+        return MonitoringRepository(self.db)
+
+    def build_pipeline(self, query_log: QueryHistory, prompts: PromptSource, guidelines: GuidelineSource,
+                       observe: QueryObserver | None = None) -> QueryPipeline:
         """A pipeline on this process's parts with the given history, prompt and guideline sources
-        (an eval run answers without storing anything, with the versions it pins)."""
+        (an eval run answers without storing anything, with the versions it pins, and is not counted
+        in the service's metrics: no ``observe``)."""
         s = self.settings
         return QueryPipeline(
             retriever=self.retriever, collections=self.catalog, guidelines=guidelines,
             query_log=query_log,
             generator=LLMGenerator(self.llm) if self.llm is not None else None,
             parser=self.intent_parser, intent_llm=self.llm,
-            evaluator=self.evaluator, prompts=prompts,
+            evaluator=self.evaluator, prompts=prompts, observe=observe,
             config=PipelineConfig(retrieve_budget_s=s.query_retrieve_budget_s, judge_budget_s=s.eval_judge_budget_s,
                                   generate_budget_s=s.query_generate_budget_s, history_turns=s.conversation_turns,
                                   candidates=s.query_retrieval_candidates, strategies=s.default_strategies,

@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ingestion.jobs import make_queue, run_worker
 from rag_service import __version__
-from rag_service.api import documents, eval_runs, evaluate, health, prompts, query, reviews, search
+from rag_service.api import documents, eval_runs, evaluate, health, monitoring, prompts, query, reviews, search
 from rag_service.api.problems import problem, problem_response
 from rag_service.config import Settings, get_settings
 from rag_service.errors import RagServiceError
@@ -83,7 +83,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(prompts.router)
     app.include_router(prompts.experiments_router)
     app.include_router(eval_runs.router)
+    app.include_router(monitoring.router)
     app.include_router(console.router)
+    app.add_middleware(monitoring.RequestTimer)
 
     def openapi() -> dict[str, Any]:
         # Bodies read by hand (multipart or JSON on one route) reference schemas FastAPI does not

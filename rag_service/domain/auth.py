@@ -9,15 +9,17 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-Role = Literal["reader", "ingester", "reviewer", "admin"]
+Role = Literal["reader", "ingester", "reviewer", "admin", "monitor"]
 ROLES: tuple[Role, ...] = get_args(Role)
 
-# What each role may do beyond its own name: ingesters and reviewers also read; admins do everything.
+# What each role may do beyond its own name: ingesters and reviewers also read; admins do everything;
+# a monitor key scrapes /metrics and reads nothing else (a scraper's key gives no access to documents).
 GRANTS: dict[Role, frozenset[Role]] = {
     "reader": frozenset({"reader"}),
     "ingester": frozenset({"reader", "ingester"}),
     "reviewer": frozenset({"reader", "reviewer"}),
     "admin": frozenset(ROLES),
+    "monitor": frozenset({"monitor"}),
 }
 
 

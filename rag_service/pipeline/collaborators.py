@@ -14,6 +14,7 @@ from rag_service.domain import (
     GeneratedAnswer,
     GuidelineSet,
     QueryLogEntry,
+    QueryResult,
     RetrievalRequest,
     RetrievalResult,
     ReviewTrigger,
@@ -76,3 +77,9 @@ class GuidelineSource(Protocol):
 @runtime_checkable
 class CollectionCatalog(Protocol):
     async def collection_exists(self, name: str) -> bool: ...
+
+
+class QueryObserver(Protocol):
+    def __call__(self, collection: str, result: QueryResult) -> None:
+        """Told of every finished query (the service's metrics); must not raise or block."""
+        ...

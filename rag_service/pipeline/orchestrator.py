@@ -46,6 +46,7 @@ from rag_service.pipeline.collaborators import (
     GuidelineSource,
     PromptSource,
     QueryHistory,
+    QueryObserver,
     Retrieves,
 )
 from rag_service.pipeline.evaluation import AnswerEvaluator, Graded, contexts_of
@@ -126,7 +127,7 @@ class QueryPipeline:
                  query_log: QueryHistory, generator: AnswerGenerator | None = None,
                  parser: IntentParser | None = None, config: PipelineConfig | None = None,
                  intent_llm: LLM | None = None, evaluator: AnswerEvaluator | None = None,
-                 prompts: PromptSource | None = None) -> None:
+                 prompts: PromptSource | None = None, observe: QueryObserver | None = None) -> None:
         """``generator`` answers (default: extractive); when it is not the extractive one, a
         failure of it falls back to extractive answers. ``prompts`` chooses the version of the
         generator's prompt each query uses (None: the generator's shipped default)."""
@@ -140,6 +141,7 @@ class QueryPipeline:
         self._generator: AnswerGenerator = generator or self._extractive
         self._intent_llm = intent_llm  # asked only when the rules are unsure of the query type
         self._prompts = prompts
+        self._observe = observe
         self.evaluator = evaluator or AnswerEvaluator()
         self._late = LateGrading(self.evaluator, query_log,
                                  budget_s=self.config.judge_budget_s + self.config.evaluate_margin_s,
@@ -219,6 +221,11 @@ class QueryPipeline:
         result.steps = run.records
         result.timings_ms = run.timings_ms()
         result.timings_ms["total"] = round((time.perf_counter() - started) * 1000, 2)
+        if self._observe is not None:
+            try:
+                self._observe(request.collection, result)
+            except Exception:  # metrics never cost a caller the answer
+                log.exception("query observer failed")
         return result
 
     async def _choose_prompt(self, name: str, unit: str) -> PromptChoice | None:

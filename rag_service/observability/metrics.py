@@ -1,0 +1,119 @@
+"""Prometheus metrics of one process (``GET /metrics``), in a registry of its own.
+
+Counted as things happen: HTTP requests per route template, each query's step latencies, LLM tokens
+and cost, the evaluation scores, and the quality alert. Read from the database when scraped
+(``ServiceMetrics.refresh``): the ingestion queue and the review queue, which every replica and
+worker shares, so any replica reports the same figures.
+
+The quality alert is the design's signal: a collection whose last 10 answers all scored overall
+below 0.70. It is a gauge per collection (1 while the run lasts) and one warning in the log when
+it starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from rag_service.domain import QueryResult
+from rag_service.domain.monitoring import QueueFigures
+
+log = logging.getLogger(__name__)
+
+ALERT_BELOW = 0.70
+ALERT_RUN = 10
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+@dataclass
+class QualityAlert:
+    """Per collection, the overall scores of its last ``run`` answers; alerting while all are below
+    ``below``. Pure state: ``observe`` says whether this answer started an alert."""
+
+    below: float = ALERT_BELOW
+    run: int = ALERT_RUN
+    _recent: dict[str, deque[float]] = field(default_factory=dict)
+    active: set[str] = field(default_factory=set)
+
+    def observe(self, collection: str, overall: float) -> bool:
+        recent = self._recent.setdefault(collection, deque(maxlen=self.run))
+        recent.append(overall)
+        alerting = len(recent) == self.run and all(score < self.below for score in recent)
+        started = alerting and collection not in self.active
+        if alerting:
+            self.active.add(collection)
+        else:
+            self.active.discard(collection)
+        return started
+
+
+class ServiceMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Histogram("ragsvc_http_request_duration_seconds", "HTTP request latency by route template.",
+                                  ["method", "route", "status"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.steps = Histogram("ragsvc_query_step_duration_seconds", "Latency of each query pipeline step.",
+                               ["step"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.queries = Counter("ragsvc_queries_total", "Queries answered, by outcome.", ["outcome"], registry=r)
+        self.tokens = Counter("ragsvc_llm_tokens_total", "LLM tokens the endpoint reported.", ["kind"], registry=r)
+        self.cost = Counter("ragsvc_llm_cost_usd_total", "LLM cost from the configured prices.", registry=r)
+        self.scores = Histogram("ragsvc_evaluation_score", "The evaluation's scores of each answer, per metric.",
+                                ["metric"], buckets=_SCORE_BUCKETS, registry=r)
+        self.alert = Gauge("ragsvc_quality_alert", f"1 while a collection's last {ALERT_RUN} answers all scored "
+                           f"overall below {ALERT_BELOW}.", ["collection"], registry=r)
+        self.jobs = Gauge("ragsvc_ingestion_jobs", "Ingestion jobs by status (queued: the queue's depth).",
+                          ["status"], registry=r)
+        self.reviews = Gauge("ragsvc_review_items", "Review queue items by status.", ["status"], registry=r)
+        self.review_age = Gauge("ragsvc_review_open_age_seconds", "Age of the open review items.", ["quantile"],
+                                registry=r)
+        self._quality = QualityAlert()
+        self._prices: tuple[float | None, float | None] = (None, None)
+
+    def set_prices(self, prompt_per_1k: float | None, completion_per_1k: float | None) -> None:
+        self._prices = (prompt_per_1k, completion_per_1k)
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.requests.labels(method, route, str(status)).observe(seconds)
+
+    def observe_query(self, collection: str, result: QueryResult) -> None:
+        self.queries.labels(result.outcome).inc()
+        for step, ms in result.timings_ms.items():
+            if step != "total":
+                self.steps.labels(step).observe(ms / 1000)
+        tokens = result.llm_tokens or {}
+        for kind in ("prompt", "completion"):
+            if tokens.get(kind):
+                self.tokens.labels(kind).inc(tokens[kind])
+        prompt_price, completion_price = self._prices
+        if tokens and prompt_price is not None and completion_price is not None:
+            self.cost.inc((tokens.get("prompt", 0) * prompt_price + tokens.get("completion", 0) * completion_price)
+                          / 1000)
+        report = result.evaluation
+        if report is None:
+            return
+        for metric, value in report.metrics.items():
+            if value.value is not None:
+                self.scores.labels(metric).observe(value.value)
+        if report.overall is None:
+            return
+        self.scores.labels("overall").observe(report.overall)
+        if self._quality.observe(collection, report.overall):
+            log.warning("quality alert: the last %d answers in collection %r all scored overall below %.2f",
+                        ALERT_RUN, collection, ALERT_BELOW)
+        self.alert.labels(collection).set(1.0 if collection in self._quality.active else 0.0)
+
+    def refresh(self, figures: QueueFigures) -> None:
+        for status, count in figures.jobs_by_status.items():
+            self.jobs.labels(status).set(count)
+        for status, count in figures.reviews_by_status.items():
+            self.reviews.labels(status).set(count)
+        for quantile, age in figures.open_review_age_s.items():
+            self.review_age.labels(quantile).set(age if age is not None else 0.0)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
