@@ -32,6 +32,8 @@ from rag_service.db.engine import libpq_conninfo
 from rag_service.db.repos import JobRepository
 from rag_service.domain import JobView, Upload
 from rag_service.errors import RagServiceError
+from rag_service.observability.logs import bind_request_id
+from rag_service.observability.logs import request_id as current_request_id
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +125,7 @@ async def run_job(job_id: uuid.UUID, jobs: JobRepository, make_ingestor: Callabl
             report.errors.extend(failures)
     except (RagServiceError, LoadError) as exc:
         await jobs.finish(job_id, None, str(exc))
+        log.warning("ingestion job %s failed: %s", job_id, exc)
         return await jobs.get(job_id)
     except Exception as exc:
         await jobs.finish(job_id, None, f"internal error: {type(exc).__name__}: {exc}")
@@ -133,6 +136,8 @@ async def run_job(job_id: uuid.UUID, jobs: JobRepository, make_ingestor: Callabl
             await flusher
     await jobs.set_progress(job_id, latest)
     await jobs.finish(job_id, report.as_dict(), None)
+    log.info("ingestion job %s succeeded: %d documents added, %d updated, %d failed", job_id, report.added,
+             report.updated, report.failed)
     return await jobs.get(job_id)
 
 
@@ -146,8 +151,9 @@ def _as_upload(doc: LoadedDocument, upload: Upload) -> LoadedDocument:
 
 
 @TASKS.task(name=TASK_NAME, queue=QUEUE, pass_context=True)
-async def ingest_task(context: JobContext, job_id: str) -> None:
+async def ingest_task(context: JobContext, job_id: str, request_id: str | None = None) -> None:
     deps: JobDeps = context.additional_context["ingest"]
+    bind_request_id(request_id)  # the id of the request that queued it: its logs carry it too
     await run_job(uuid.UUID(job_id), deps.jobs, deps.make_ingestor)
 
 
@@ -161,7 +167,7 @@ async def enqueue(queue: App, job_id: uuid.UUID, jobs: JobRepository) -> int:
     # Through this app's own job manager: the registered Task object belongs to the template.
     deferrer = procrastinate_tasks.configure_task(name=TASK_NAME, job_manager=queue.job_manager, queue=QUEUE)
     try:
-        return await deferrer.defer_async(job_id=str(job_id))
+        return await deferrer.defer_async(job_id=str(job_id), request_id=current_request_id())
     except Exception as exc:
         await jobs.finish(job_id, None, f"could not be queued: {type(exc).__name__}: {exc}")
         raise

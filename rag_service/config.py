@@ -39,6 +39,8 @@ class Settings(BaseSettings):
         description="production refuses development-only defaults (the embedded database) at start-up.",
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+    log_format: Literal["auto", "json", "text"] = Field(
+        default="auto", description="auto: JSON lines from `ragsvc serve` and `ragsvc worker`, text elsewhere.")
 
     # --- storage -------------------------------------------------------------------------
     database_url: str | None = Field(
@@ -305,6 +307,13 @@ class Settings(BaseSettings):
     @property
     def embedded_database(self) -> bool:
         return self.database_url is None
+
+    def secret_values(self) -> list[str]:
+        """The configured secrets in clear, for the log redactor to replace wherever they appear."""
+        keys = (self.embedding_api_key, self.cohere_api_key, self.llm_api_key, self.langfuse_secret_key)
+        found = [key.get_secret_value() for key in keys if key is not None]
+        password = re.search(r"://[^:/@\s]+:([^@\s]+)@", self.database_url or "")
+        return found + ([password.group(1)] if password else [])
 
     @property
     def runs_serve_worker(self) -> bool:

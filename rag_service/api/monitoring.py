@@ -1,4 +1,5 @@
-"""GET /metrics in Prometheus' text format, for keys with the ``monitor`` role (and admins)."""
+"""GET /metrics in Prometheus' text format, for keys with the ``monitor`` role (and admins); the
+request timer and the request ids every request passes through."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rag_service.api.auth import role
 from rag_service.api.deps import RuntimeDep
+from rag_service.observability.logs import REQUEST_ID_HEADER, bind_request_id
 
 router = APIRouter(tags=["monitoring"])
 
@@ -55,3 +57,28 @@ class RequestTimer:
             runtime = getattr(scope.get("app").state, "runtime", None) if scope.get("app") else None
             if runtime is not None:
                 runtime.metrics.observe_request(scope["method"], template, status, time.perf_counter() - started)
+
+
+class RequestIds:
+    """ASGI middleware: binds the request id (the caller's ``X-Request-ID`` when it is a plain
+    token, else a new one) for the request's logs and the jobs it queues, and returns it in the
+    response's ``X-Request-ID``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = next((value.decode("latin-1") for name, value in scope.get("headers", [])
+                      if name.decode("latin-1").lower() == REQUEST_ID_HEADER.lower()), None)
+        rid = bind_request_id(given)
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []),
+                                                  (REQUEST_ID_HEADER.lower().encode(), rid.encode())]}
+            await send(message)
+
+        await self.app(scope, receive, sending)

@@ -17,6 +17,8 @@ from rich.console import Console
 
 from rag_service.config import Settings, get_settings
 from rag_service.errors import InvalidInputError, RagServiceError
+from rag_service.observability import logs
+from rag_service.pipeline.guardrails import mask_pii
 
 if TYPE_CHECKING:  # the runtime imports the whole service; commands open it only when they need it
     from rag_service.runtime import Runtime
@@ -35,11 +37,12 @@ stderr = Console(stderr=True)
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")]
 
 
-def settings() -> Settings:
+def settings(long_running: bool = False) -> Settings:
+    """The settings, and logging configured from them: JSON lines for the long-running processes
+    (``long_running``: serve, worker) unless RAGSVC_LOG_FORMAT says otherwise; always redacted."""
     config = get_settings()
-    logging.basicConfig(
-        level=config.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    fmt = config.log_format if config.log_format != "auto" else ("json" if long_running else "text")
+    logs.configure(config.log_level, fmt, logs.Redactor(config.secret_values(), mask_personal=mask_pii))
     if config.log_level != "DEBUG":
         # Both narrate every step at INFO; their warnings and errors still show.
         for chatty in ("pgserver", "alembic", "procrastinate"):

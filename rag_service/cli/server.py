@@ -30,7 +30,7 @@ def serve(
     from rag_service.providers.embeddings import make_embedder
     from rag_service.runtime import Runtime, database_url
 
-    config = settings()
+    config = settings(long_running=True)
     if host is not None and host != config.host:
         # The app decides from Settings.host whether keyless requests may run as the local admin.
         config = config.model_copy(update={"host": host})
@@ -50,7 +50,8 @@ def serve(
         signal.signal(sig, lambda *_: sys.exit(0))
     uvicorn.run(
         create_app(config), host=config.host, port=port or config.port,
-        log_level=config.log_level.lower(), lifespan="on",
+        # log_config None: uvicorn's records go through our handler (JSON lines, redacted).
+        log_level=config.log_level.lower(), lifespan="on", log_config=None,
     )
 
 
@@ -62,7 +63,7 @@ def worker() -> None:
     from ingestion.jobs import run_worker
     from rag_service.runtime import Runtime
 
-    config = settings()
+    config = settings(long_running=True)
 
     async def consume(runtime: Runtime) -> None:
         stderr.print(f"worker consuming ingestion jobs and eval runs from {runtime.db.display_url}")
