@@ -39,6 +39,8 @@ class Settings(BaseSettings):
         description="production refuses development-only defaults (the embedded database) at start-up.",
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+    trace_retention_days: float = Field(default=30, gt=0, description="Stored query traces older than this are "
+                                        "deleted (hourly by `ragsvc serve`, or `ragsvc traces cleanup`).")
     log_format: Literal["auto", "json", "text"] = Field(
         default="auto", description="auto: JSON lines from `ragsvc serve` and `ragsvc worker`, text elsewhere.")
 

@@ -35,6 +35,7 @@ from rag_service.db.repos.monitoring import MonitoringRepository
 from rag_service.db.repos.prompts import PromptRepository
 from rag_service.db.repos.reviews import ReviewRepository
 from rag_service.db.repos.server import ServerInfoRepository
+from rag_service.db.repos.traces import TraceRepository
 from rag_service.domain import StoreCounts
 from rag_service.domain.prompts import PRODUCTION
 from rag_service.errors import RagServiceError, SchemaMismatchError
@@ -43,7 +44,13 @@ from rag_service.learning.optimizer import rewriter
 from rag_service.learning.report import Prices
 from rag_service.learning.service import LearningReviews, PromptService
 from rag_service.observability.metrics import ServiceMetrics
-from rag_service.pipeline.collaborators import GuidelineSource, PromptSource, QueryHistory, QueryObserver
+from rag_service.pipeline.collaborators import (
+    GuidelineSource,
+    PromptSource,
+    QueryHistory,
+    QueryObserver,
+    TraceSink,
+)
 from rag_service.pipeline.evaluation import AnswerEvaluator, llm_grader
 from rag_service.pipeline.generation.extractive import PROMPT_NAME as EXTRACTIVE_PROMPT
 from rag_service.pipeline.generation.llm_generator import PROMPT_NAME as LLM_ANSWER_PROMPT
@@ -187,7 +194,12 @@ class Runtime:
     @cached_property
     def pipeline(self) -> QueryPipeline:
         """The query pipeline (guardrails, intent, router, retrieval, generation) for this process."""
-        return self.build_pipeline(self.query_log, self.prompts, self.guidelines, observe=self.metrics.observe_query)
+        return self.build_pipeline(self.query_log, self.prompts, self.guidelines, observe=self.metrics.observe_query,
+                                   traces=self.traces)
+
+    @cached_property
+    def traces(self) -> TraceRepository:
+        return TraceRepository(self.db)
 
     @cached_property
     def metrics(self) -> ServiceMetrics:
@@ -201,17 +213,17 @@ class Runtime:
         return MonitoringRepository(self.db)
 
     def build_pipeline(self, query_log: QueryHistory, prompts: PromptSource, guidelines: GuidelineSource,
-                       observe: QueryObserver | None = None) -> QueryPipeline:
+                       observe: QueryObserver | None = None, traces: TraceSink | None = None) -> QueryPipeline:
         """A pipeline on this process's parts with the given history, prompt and guideline sources
         (an eval run answers without storing anything, with the versions it pins, and is not counted
-        in the service's metrics: no ``observe``)."""
+        in the service's metrics nor traced: no ``observe``, no ``traces``)."""
         s = self.settings
         return QueryPipeline(
             retriever=self.retriever, collections=self.catalog, guidelines=guidelines,
             query_log=query_log,
             generator=LLMGenerator(self.llm) if self.llm is not None else None,
             parser=self.intent_parser, intent_llm=self.llm,
-            evaluator=self.evaluator, prompts=prompts, observe=observe,
+            evaluator=self.evaluator, prompts=prompts, observe=observe, traces=traces,
             config=PipelineConfig(retrieve_budget_s=s.query_retrieve_budget_s, judge_budget_s=s.eval_judge_budget_s,
                                   generate_budget_s=s.query_generate_budget_s, history_turns=s.conversation_turns,
                                   candidates=s.query_retrieval_candidates, strategies=s.default_strategies,

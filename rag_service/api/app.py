@@ -25,6 +25,7 @@ from rag_service.runtime import Runtime
 from rag_service.web import console
 
 log = logging.getLogger(__name__)
+TRACE_CLEANUP_EVERY_S = 3600
 
 
 async def _guard_experiments(runtime: Runtime, every_s: float) -> None:
@@ -36,6 +37,18 @@ async def _guard_experiments(runtime: Runtime, every_s: float) -> None:
             await runtime.prompts.check_running()
         except Exception:  # the check must keep running for the life of the process
             log.exception("experiment guardrail check failed")
+
+
+async def _clean_traces(runtime: Runtime, every_s: float) -> None:
+    """Delete stored query traces past their retention, at start and then every ``every_s``."""
+    while True:
+        try:
+            deleted = await runtime.traces.delete_older_than(runtime.settings.trace_retention_days)
+            if deleted:
+                log.info("deleted %d query traces older than %s days", deleted, runtime.settings.trace_retention_days)
+        except Exception:  # the cleanup must keep running for the life of the process
+            log.exception("query trace cleanup failed")
+        await asyncio.sleep(every_s)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -50,6 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         queue = make_queue(runtime.db.url)
         await queue.open_async()
         app.state.queue = queue
+        background.append(asyncio.create_task(_clean_traces(runtime, TRACE_CLEANUP_EVERY_S)))
         if settings.experiment_check_s > 0:
             background.append(asyncio.create_task(_guard_experiments(runtime, settings.experiment_check_s)))
         if settings.runs_serve_worker:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,11 +14,12 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 from sse_starlette.sse import EventSourceResponse
 
-from rag_service.api.auth import AdminDep, ReaderDep, role, scoped
+from rag_service.api.auth import AdminDep, ReaderDep, check_collection, role, scoped
 from rag_service.api.deps import RuntimeDep
 from rag_service.api.problems import problem_body
-from rag_service.domain import GuidelineSet, QueryRequest, QueryResult
+from rag_service.domain import GuidelineSet, QueryRequest, QueryResult, QueryTrace
 from rag_service.domain.prompts import GUIDELINES_NAME
+from rag_service.errors import NotFoundError
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1", tags=["query"])
@@ -110,3 +112,19 @@ async def put_guidelines(body: GuidelinesUpdate, runtime: RuntimeDep, caller: Ad
     runtime.prompts.refuse_ungated_production("guidelines", GUIDELINES_NAME, "new guidelines")
     version = await runtime.guidelines.put(body.guidelines, body.comment, author=caller.label)
     return GuidelinesPublic(version=version, guidelines=body.guidelines)
+
+
+@router.get("/queries/{query_id}/trace", response_model=QueryTrace, summary="How a query was answered",
+            description="The stored trace of a query: each step with its status and time, the route (with the "
+                        "guideline that matched), the passages the answer was written from with each strategy's "
+                        "rank, what failed or fell back and why, the generator and prompt version, tokens, and the "
+                        "evaluation. The question is PII-masked. A reader key sees the traces of its own queries; "
+                        "reviewers and admins see all. Kept for RAGSVC_TRACE_RETENTION_DAYS.",
+            responses={404: {"description": "No such trace (unknown, someone else's, or past retention)"}},
+            **role("reader"))
+async def query_trace(query_id: uuid.UUID, runtime: RuntimeDep, caller: ReaderDep) -> QueryTrace:
+    trace = await runtime.traces.get(query_id)
+    if not caller.can("reviewer") and not caller.local and trace.api_key_id != caller.key_id:
+        raise NotFoundError(f"no trace of query {query_id} for this key (a reader key sees its own queries' traces)")
+    check_collection(caller, trace.collection)
+    return trace

@@ -11,7 +11,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rag_service.cli.common import JsonFlag, app, emit_json, handle_errors, model_json, stderr, validated
+from rag_service.cli.common import (
+    JsonFlag,
+    app,
+    emit_json,
+    handle_errors,
+    model_json,
+    run_with_runtime,
+    stderr,
+    validated,
+)
 from rag_service.domain import EvaluateRequest, QueryRequest, QueryResult, SearchFilters, SearchRequest
 
 if TYPE_CHECKING:
@@ -169,3 +178,56 @@ def evaluate(
         emit_json(result)
         return
     print_evaluation(Console(), result)
+
+
+traces_app = typer.Typer(help="Stored query traces (GET /v1/queries/{id}/trace).", no_args_is_help=True)
+app.add_typer(traces_app, name="traces")
+
+
+@traces_app.command("show")
+@handle_errors
+def traces_show(query_id: Annotated[str, typer.Argument(help="The query_id an answer carried.")],
+                as_json: JsonFlag = False) -> None:
+    """A query's trace: steps and their times, route, each strategy's ranks, errors, evaluation."""
+    import uuid
+
+    from rag_service.errors import InvalidInputError
+
+    try:
+        wanted = uuid.UUID(query_id)
+    except ValueError:
+        raise InvalidInputError(f"{query_id!r} is not a query id (a UUID, as query_id in an answer)") from None
+
+    async def work(runtime: Runtime) -> dict:
+        return (await runtime.traces.get(wanted)).model_dump(mode="json")
+
+    found = run_with_runtime(work)
+    if as_json:
+        emit_json(found)
+        return
+    console = Console(stderr=True)
+    console.print(f"query {found['query_id']} in {found['collection']}: {found['outcome']}; "
+                  f"route {found['route'].get('guideline')}", highlight=False)
+    for step in found["steps"]:
+        console.print(f"  {step['id']:12s} {step['status']:8s} {step['elapsed_ms']:8.1f} ms"
+                      f"{'  ' + step['detail'] if step.get('detail') else ''}", highlight=False)
+    for error in found["errors"]:
+        console.print(f"  [red]{error}[/]", highlight=False)
+
+
+@traces_app.command("cleanup")
+@handle_errors
+def traces_cleanup(older_than_days: Annotated[float | None, typer.Option(
+                       help="Default: RAGSVC_TRACE_RETENTION_DAYS.", min=0)] = None,
+                   as_json: JsonFlag = False) -> None:
+    """Delete stored traces past their retention (`ragsvc serve` also does this hourly)."""
+
+    async def work(runtime: Runtime) -> dict:
+        days = older_than_days if older_than_days is not None else runtime.settings.trace_retention_days
+        return {"deleted": await runtime.traces.delete_older_than(days), "older_than_days": days}
+
+    found = run_with_runtime(work)
+    if as_json:
+        emit_json(found)
+    else:
+        stderr.print(f"deleted {found['deleted']} traces older than {found['older_than_days']} days", highlight=False)

@@ -89,8 +89,10 @@ from rag_service.domain.routing import (
 )
 from rag_service.domain.search import SearchRequest, SearchResponse, SearchResultPublic
 from rag_service.domain.strategies import StrategyName, check_strategy_names, strategy_names
+from rag_service.domain.traces import QueryTrace, TraceCandidate
 
 __all__ = [
+    "QueryTrace", "TraceCandidate",
     "IR_METRICS", "LATENCY_METRIC", "LOWER_IS_BETTER", "RAGAS_OFFLINE_METRICS", "REFERENCE_CORRECTNESS",
     "SEVEN_METRICS", "SQUAD_METRICS",
     "DatasetRef", "EvalItemResult", "EvalMode", "EvalRun", "EvalRunRequest", "EvalStatus", "RetrievedRef", "ScoreRow",

@@ -15,6 +15,7 @@ from rag_service.domain import (
     GuidelineSet,
     QueryLogEntry,
     QueryResult,
+    QueryTrace,
     RetrievalRequest,
     RetrievalResult,
     ReviewTrigger,
@@ -82,4 +83,10 @@ class CollectionCatalog(Protocol):
 class QueryObserver(Protocol):
     def __call__(self, collection: str, result: QueryResult) -> None:
         """Told of every finished query (the service's metrics); must not raise or block."""
+        ...
+
+
+class TraceSink(Protocol):
+    async def record_trace(self, trace: QueryTrace) -> None:
+        """Store a finished query's trace."""
         ...

@@ -48,6 +48,7 @@ from rag_service.pipeline.collaborators import (
     QueryHistory,
     QueryObserver,
     Retrieves,
+    TraceSink,
 )
 from rag_service.pipeline.evaluation import AnswerEvaluator, Graded, contexts_of
 from rag_service.pipeline.executor import EventSink, Executor, Fallback, Plan, RetryPolicy, Step, no_events
@@ -66,6 +67,7 @@ from rag_service.pipeline.results import (
     merge_contexts,
     question_hash,
     retrieval_summary,
+    trace_of,
 )
 from rag_service.pipeline.retrieval.search import to_retrieval_request
 from rag_service.pipeline.router import route
@@ -127,7 +129,8 @@ class QueryPipeline:
                  query_log: QueryHistory, generator: AnswerGenerator | None = None,
                  parser: IntentParser | None = None, config: PipelineConfig | None = None,
                  intent_llm: LLM | None = None, evaluator: AnswerEvaluator | None = None,
-                 prompts: PromptSource | None = None, observe: QueryObserver | None = None) -> None:
+                 prompts: PromptSource | None = None, observe: QueryObserver | None = None,
+                 traces: TraceSink | None = None) -> None:
         """``generator`` answers (default: extractive); when it is not the extractive one, a
         failure of it falls back to extractive answers. ``prompts`` chooses the version of the
         generator's prompt each query uses (None: the generator's shipped default)."""
@@ -142,6 +145,7 @@ class QueryPipeline:
         self._intent_llm = intent_llm  # asked only when the rules are unsure of the query type
         self._prompts = prompts
         self._observe = observe
+        self._traces = traces
         self.evaluator = evaluator or AnswerEvaluator()
         self._late = LateGrading(self.evaluator, query_log,
                                  budget_s=self.config.judge_budget_s + self.config.evaluate_margin_s,
@@ -150,7 +154,14 @@ class QueryPipeline:
     async def run(self, request: QueryRequest, emit: EventSink | None = None, now: datetime | None = None,
                   api_key_id: uuid.UUID | None = None) -> QueryResult:
         started = time.perf_counter()
-        run = Executor(emit=emit or no_events, retry=RetryPolicy(attempts=self.config.retries))
+        events: dict[str, dict[str, Any]] = {}  # the trace keeps the "retrieval" event's passages and ranks
+
+        async def emit_and_keep(kind: str, data: dict[str, Any]) -> None:
+            if kind == "retrieval":
+                events[kind] = data
+            await (emit or no_events)(kind, data)
+
+        run = Executor(emit=emit_and_keep, retry=RetryPolicy(attempts=self.config.retries))
         now = now or datetime.now(UTC)
 
         # --- planning: guardrails, intent, route (each depends on the one before) ------------
@@ -226,6 +237,12 @@ class QueryPipeline:
                 self._observe(request.collection, result)
             except Exception:  # metrics never cost a caller the answer
                 log.exception("query observer failed")
+        if self._traces is not None:
+            try:
+                await self._traces.record_trace(trace_of(request, checked.masked, result, events.get("retrieval"),
+                                                         api_key_id))
+            except Exception:  # nor does a trace that could not be stored
+                log.exception("query trace not stored")
         return result
 
     async def _choose_prompt(self, name: str, unit: str) -> PromptChoice | None:

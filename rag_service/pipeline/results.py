@@ -17,10 +17,12 @@ from rag_service.domain import (
     QueryLogEntry,
     QueryRequest,
     QueryResult,
+    QueryTrace,
     RetrievalResult,
     RetrievalSummary,
     ReviewTier,
     TimeRangeModel,
+    TraceCandidate,
 )
 from rag_service.pipeline.evaluation import Graded
 from rag_service.pipeline.guardrails import mask_pii, mask_pii_deep
@@ -153,3 +155,19 @@ def question_hash(question: str) -> str:
     """The same question asked again (case and spacing aside) hashes the same: review priority
     counts its traffic."""
     return hashlib.sha256(" ".join(question.lower().split()).encode()).hexdigest()[:32]
+
+
+def trace_of(request: QueryRequest, masked_question: str, result: QueryResult, retrieval_event: dict[str, Any] | None,
+             api_key_id: uuid.UUID | None) -> QueryTrace:
+    """The query's stored trace, masked as the query log is. ``retrieval_event`` is what the
+    "retrieval" event carried: the context's passages with each strategy's rank."""
+    errors = [f"{step.id}: {step.status}" + (f" ({step.detail})" if step.detail else "")
+              for step in result.steps if step.status in ("failed", "fallback")]
+    candidates = [TraceCandidate.model_validate(c) for c in (retrieval_event or {}).get("results", [])]
+    return QueryTrace(
+        query_id=result.query_id, collection=request.collection, api_key_id=api_key_id, question=masked_question,
+        outcome=result.outcome, route=mask_pii_deep(result.route.model_dump(mode="json")), steps=result.steps,
+        timings_ms=result.timings_ms, retrieval=result.retrieval, candidates=candidates, errors=errors,
+        generator=result.generator, model=result.model, prompt=result.prompt, fallback_reason=result.fallback_reason,
+        llm_tokens=result.llm_tokens,
+        evaluation=masked_report(result.evaluation) if result.evaluation is not None else None)

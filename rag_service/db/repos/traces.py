@@ -1,0 +1,43 @@
+"""Stored query traces: written when a query finishes, read by id, deleted by age."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from sqlalchemy import bindparam, text
+from sqlalchemy.dialects.postgresql import JSONB
+
+from rag_service.db.engine import Database
+from rag_service.db.values import strip_nul
+from rag_service.domain import QueryTrace
+from rag_service.errors import NotFoundError
+
+
+class TraceRepository:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def record_trace(self, trace: QueryTrace) -> None:
+        async with self._db.begin() as conn:
+            await conn.execute(text(
+                "INSERT INTO query_traces (query_id, collection, api_key_id, trace) VALUES (:id, :collection, "
+                ":key, :trace) ON CONFLICT (query_id) DO NOTHING").bindparams(bindparam("trace", type_=JSONB)),
+                {"id": trace.query_id, "collection": trace.collection, "key": trace.api_key_id,
+                 "trace": strip_nul(json.loads(trace.model_dump_json()))})
+
+    async def get(self, query_id: uuid.UUID) -> QueryTrace:
+        async with self._db.connect() as conn:
+            row = (await conn.execute(text(
+                "SELECT trace, api_key_id, created_at FROM query_traces WHERE query_id = :id"),
+                {"id": query_id})).first()
+        if row is None:
+            raise NotFoundError(f"no trace of query {query_id} (traces are kept for RAGSVC_TRACE_RETENTION_DAYS)")
+        return QueryTrace.model_validate({**row.trace, "api_key_id": row.api_key_id, "created_at": row.created_at})
+
+    async def delete_older_than(self, days: float) -> int:
+        async with self._db.begin() as conn:
+            result = await conn.execute(text(
+                "DELETE FROM query_traces WHERE created_at < now() - make_interval(secs => :seconds)"),
+                {"seconds": days * 86400})
+        return result.rowcount or 0

@@ -1,0 +1,76 @@
+"""Stored query traces over HTTP (real PostgreSQL, the local model): what a trace holds, who may read
+it, and its retention."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from rag_service.api import create_app
+from rag_service.config import load_settings
+from rag_service.db.engine import Database
+from rag_service.db.repos.traces import TraceRepository
+from tests.test_auth import bearer, create_key
+
+DOCS = [("tides.md", "Tides", "The gravitational pull of the moon raises the ocean tides twice a day."),
+        ("bread.md", "Bread", "Knead the dough for ten minutes, then let it rise for about an hour.")]
+
+
+@pytest.fixture(scope="module")
+def client(migrated_url: str):
+    settings = load_settings(database_url=migrated_url, serve_worker="on", worker_heartbeat_s=1)
+    with TestClient(create_app(settings)) as test_client:
+        response = test_client.post("/v1/documents", json=[{"source_uri": u, "title": t, "text": x, "collection": "kb"}
+                                                           for u, t, x in DOCS])
+        deadline = time.monotonic() + 120
+        while test_client.get(response.json()["status_url"]).json()["status"] not in ("succeeded", "failed"):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        yield test_client
+
+
+def test_a_query_leaves_a_trace_with_steps_route_ranks_and_evaluation(client: TestClient) -> None:
+    answer = client.post("/v1/query", json={"question": "What raises the ocean tides twice a day?",
+                                            "collection": "kb"}).json()
+    trace = client.get(f"/v1/queries/{answer['query_id']}/trace")
+    assert trace.status_code == 200, trace.text
+    body = trace.json()
+    assert body["query_id"] == answer["query_id"] and body["outcome"] == answer["outcome"]
+    assert [s["id"] for s in body["steps"]] == [s["id"] for s in answer["steps"]]
+    assert body["timings_ms"]["total"] > 0 and body["route"]["guideline"] == answer["route"]["guideline"]
+    assert body["candidates"] and body["candidates"][0]["source_uri"] == "tides.md"
+    assert body["candidates"][0]["ranks"] and set(body["candidates"][0]["ranks"]) <= {"semantic", "keyword",
+                                                                                      "pattern", "metadata"}
+    assert answer["evaluation"] is not None, answer["outcome"]
+    assert body["evaluation"]["overall"] == answer["evaluation"]["overall"]
+    assert body["errors"] == [] and "api_key_id" not in body
+    assert client.get("/v1/queries/00000000-0000-0000-0000-000000000000/trace").status_code == 404
+    # Whatever the outcome, the question is stored masked.
+    personal = client.post("/v1/query", json={"question": "jane@example.com asks: why are there tides?",
+                                              "collection": "kb"}).json()
+    masked = client.get(f"/v1/queries/{personal['query_id']}/trace").json()["question"]
+    assert "jane@example.com" not in masked and "[EMAIL]" in masked
+
+
+def test_a_reader_sees_its_own_traces_and_a_reviewer_all(client: TestClient, migrated_url: str) -> None:
+    mine, other = create_key(migrated_url, "reader", name="mine"), create_key(migrated_url, "reader", name="other")
+    reviewer = create_key(migrated_url, "reviewer")
+    answer = client.post("/v1/query", json={"question": "How long should dough rise?", "collection": "kb"},
+                         headers=bearer(mine)).json()
+    path = f"/v1/queries/{answer['query_id']}/trace"
+    assert client.get(path, headers=bearer(mine)).status_code == 200
+    assert client.get(path, headers=bearer(other)).status_code == 404
+    assert client.get(path, headers=bearer(reviewer)).status_code == 200
+
+
+async def test_traces_past_retention_are_deleted(client: TestClient, migrated_url: str) -> None:
+    db = Database.from_settings(load_settings(database_url=migrated_url))
+    try:
+        traces = TraceRepository(db)
+        assert await traces.delete_older_than(30) == 0  # all are new
+        assert await traces.delete_older_than(0) >= 2
+    finally:
+        await db.engine.dispose()
+    assert client.get("/v1/queries/00000000-0000-0000-0000-000000000000/trace").status_code in (401, 404)
