@@ -16,7 +16,13 @@ COPY evaluation ./evaluation
 COPY migrations ./migrations
 RUN pip install . && useradd --create-home --uid 10001 ragsvc
 USER ragsvc
+# Local state (the ONNX export of the embedding model) where the non-root user may write.
+ENV RAGSVC_DATA_DIR=/home/ragsvc/.ragsvc
 
 EXPOSE 8000
-# Migrate, then serve. RAGSVC_DATABASE_URL must point at PostgreSQL with pgvector.
+# Ready: the database answers at the schema revision and the model is loaded (start-up takes a while).
+HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=4)"]
+# Migrate, then serve. RAGSVC_DATABASE_URL must point at PostgreSQL with pgvector. The compose file
+# runs the migration once in its own service and the API replicas and the worker with other commands.
 CMD ["sh", "-c", "ragsvc db upgrade && ragsvc serve --host 0.0.0.0 --port 8000"]
