@@ -3,32 +3,21 @@ it, and its retention."""
 
 from __future__ import annotations
 
-import time
+from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 
-from rag_service.api import create_app
 from rag_service.config import load_settings
 from rag_service.db.engine import Database
 from rag_service.db.repos.traces import TraceRepository
+from tests.apps import client_with_documents
 from tests.test_auth import bearer, create_key
-
-DOCS = [("tides.md", "Tides", "The gravitational pull of the moon raises the ocean tides twice a day."),
-        ("bread.md", "Bread", "Knead the dough for ten minutes, then let it rise for about an hour.")]
 
 
 @pytest.fixture(scope="module")
-def client(migrated_url: str):
-    settings = load_settings(database_url=migrated_url, serve_worker="on", worker_heartbeat_s=1)
-    with TestClient(create_app(settings)) as test_client:
-        response = test_client.post("/v1/documents", json=[{"source_uri": u, "title": t, "text": x, "collection": "kb"}
-                                                           for u, t, x in DOCS])
-        deadline = time.monotonic() + 120
-        while test_client.get(response.json()["status_url"]).json()["status"] not in ("succeeded", "failed"):
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-        yield test_client
+def client(migrated_url: str) -> Iterator[TestClient]:
+    yield from client_with_documents(migrated_url)
 
 
 def test_a_query_leaves_a_trace_with_steps_route_ranks_and_evaluation(client: TestClient) -> None:
