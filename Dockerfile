@@ -20,8 +20,9 @@ USER ragsvc
 ENV RAGSVC_DATA_DIR=/home/ragsvc/.ragsvc
 
 EXPOSE 8000
-# Ready: the database answers at the schema revision and the model is loaded (start-up takes a while).
-HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
+# Ready: the database answers at the schema revision and the model is loaded (the first start exports
+# the model to ONNX: minutes on a small machine).
+HEALTHCHECK --interval=10s --timeout=5s --start-period=300s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=4)"]
 # Migrate, then serve. RAGSVC_DATABASE_URL must point at PostgreSQL with pgvector. The compose file
 # runs the migration once in its own service and the API replicas and the worker with other commands.

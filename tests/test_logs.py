@@ -112,6 +112,9 @@ def test_serve_and_worker_log_json_lines_and_other_commands_text(monkeypatch: py
         assert SECRET not in handler.formatter.format(logging.makeLogRecord({"msg": f"key={SECRET}"}))
         settings()
         assert isinstance(root.handlers[0].formatter, RedactingFormatter)
+        line = root.handlers[0].formatter.format(logging.makeLogRecord({"msg": "mail jane@example.com",
+                                                                        "levelname": "INFO", "name": "x"}))
+        assert "[EMAIL]" in line and "[PHONE]" not in line and line[:4].isdigit()  # the timestamp survives
         monkeypatch.setenv("RAGSVC_LOG_FORMAT", "json")
         get_settings.cache_clear()
         settings()

@@ -43,6 +43,7 @@ def test_metrics_after_queries_have_the_series(client: TestClient) -> None:
     for question in ("Why are there tides?", "How long should dough rise?", "What raises the tides?"):
         assert client.post("/v1/query", json={"question": question, "collection": "kb"}).status_code == 200
     assert client.get("/v1/documents/00000000-0000-0000-0000-000000000000").status_code == 404
+    client.request("BREW", "/v1/query")  # any method token is accepted on the wire; one series for them all
     scraped = client.get("/metrics")
     assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain")
     text = scraped.text
@@ -53,6 +54,9 @@ def test_metrics_after_queries_have_the_series(client: TestClient) -> None:
                    status="404") == 1
     assert _series(text, "ragsvc_queries_total", outcome="answered") >= 2
     assert _series(text, "ragsvc_query_step_duration_seconds_count", step="generate") >= 2
+    assert _series(text, "ragsvc_query_step_duration_seconds_count", step="retrieve") >= 2  # not retrieve-1
+    assert _series(text, "ragsvc_http_request_duration_seconds_count", method="other") == 1
+    assert _series(text, "ragsvc_database_up") == 1
     assert _series(text, "ragsvc_evaluation_score_count", metric="faithfulness") >= 2
     assert _series(text, "ragsvc_evaluation_score_count", metric="overall") >= 2
     assert _series(text, "ragsvc_quality_alert", collection="kb") == 0

@@ -39,8 +39,8 @@ def test_a_query_leaves_a_trace_with_steps_route_ranks_and_evaluation(client: Te
     # Whatever the outcome, the question is stored masked.
     personal = client.post("/v1/query", json={"question": "jane@example.com asks: why are there tides?",
                                               "collection": "kb"}).json()
-    masked = client.get(f"/v1/queries/{personal['query_id']}/trace").json()["question"]
-    assert "jane@example.com" not in masked and "[EMAIL]" in masked
+    masked = client.get(f"/v1/queries/{personal['query_id']}/trace")
+    assert "jane@example.com" not in masked.text and "[EMAIL]" in masked.json()["question"]  # parts included
 
 
 def test_a_reader_sees_its_own_traces_and_a_reviewer_all(client: TestClient, migrated_url: str) -> None:
@@ -52,6 +52,15 @@ def test_a_reader_sees_its_own_traces_and_a_reviewer_all(client: TestClient, mig
     assert client.get(path, headers=bearer(mine)).status_code == 200
     assert client.get(path, headers=bearer(other)).status_code == 404
     assert client.get(path, headers=bearer(reviewer)).status_code == 200
+    # Keys that may not see the documents the query could: another collection, fewer principals.
+    elsewhere = create_key(migrated_url, "reviewer", collections=["other"])
+    narrower = create_key(migrated_url, "reviewer", principals=["nobody"])
+    lawyer = create_key(migrated_url, "reader", principals=["legal"])
+    legal = client.post("/v1/query", json={"question": "How long should dough rise?", "collection": "kb"},
+                        headers=bearer(lawyer))
+    assert client.get(f"/v1/queries/{legal.json()['query_id']}/trace", headers=bearer(lawyer)).status_code == 200
+    assert client.get(path, headers=bearer(elsewhere)).status_code == 404
+    assert client.get(f"/v1/queries/{legal.json()['query_id']}/trace", headers=bearer(narrower)).status_code == 404
 
 
 async def test_traces_past_retention_are_deleted(client: TestClient, migrated_url: str) -> None:

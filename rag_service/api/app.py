@@ -21,6 +21,8 @@ from rag_service.api import documents, eval_runs, evaluate, health, monitoring, 
 from rag_service.api.problems import problem, problem_response
 from rag_service.config import Settings, get_settings
 from rag_service.errors import RagServiceError
+from rag_service.observability.logs import REQUEST_ID_HEADER
+from rag_service.observability.logs import request_id as current_request_id
 from rag_service.runtime import Runtime
 from rag_service.web import console
 
@@ -126,7 +128,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return problem(500, "internal error", "an unexpected error occurred; it has been logged")
+        response = problem(500, "internal error", "an unexpected error occurred; it has been logged")
+        # This handler runs outside the request id middleware: give the id here, so the caller can
+        # point at the log line.
+        rid = current_request_id()
+        if rid:
+            response.headers[REQUEST_ID_HEADER] = rid
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -3,6 +3,7 @@ request timer and the request ids every request passes through."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -15,6 +16,7 @@ from rag_service.api.auth import role
 from rag_service.api.deps import RuntimeDep
 from rag_service.observability.logs import REQUEST_ID_HEADER, bind_request_id
 
+log = logging.getLogger(__name__)
 router = APIRouter(tags=["monitoring"])
 
 
@@ -22,10 +24,16 @@ router = APIRouter(tags=["monitoring"])
             description="Request latency per route template, query step latency, outcomes, LLM tokens and cost, "
                         "evaluation score histograms per metric, the quality alert per collection (1 while its last "
                         "10 answers all scored overall below 0.70), and, read from the database when scraped, the "
-                        "ingestion jobs and review items by status and the open review items' age.",
+                        "ingestion jobs and review items by status and the open review items' age "
+                        "(`ragsvc_database_up` 0 when that read failed).",
             response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}}, **role("monitor"))
 async def metrics(runtime: RuntimeDep) -> Response:
-    runtime.metrics.refresh(await runtime.monitoring.queue_figures())
+    try:
+        runtime.metrics.refresh(await runtime.monitoring.queue_figures())
+        runtime.metrics.database_up.set(1)
+    except Exception:  # the process's own figures still count most when the database is down
+        log.warning("metrics: the queue figures could not be read", exc_info=True)
+        runtime.metrics.database_up.set(0)
     return Response(runtime.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 

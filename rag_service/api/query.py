@@ -14,7 +14,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 from sse_starlette.sse import EventSourceResponse
 
-from rag_service.api.auth import AdminDep, ReaderDep, check_collection, role, scoped
+from rag_service.api.auth import AdminDep, ReaderDep, role, scoped
 from rag_service.api.deps import RuntimeDep
 from rag_service.api.problems import problem_body
 from rag_service.domain import GuidelineSet, QueryRequest, QueryResult, QueryTrace
@@ -119,12 +119,16 @@ async def put_guidelines(body: GuidelinesUpdate, runtime: RuntimeDep, caller: Ad
                         "guideline that matched), the passages the answer was written from with each strategy's "
                         "rank, what failed or fell back and why, the generator and prompt version, tokens, and the "
                         "evaluation. The question is PII-masked. A reader key sees the traces of its own queries; "
-                        "reviewers and admins see all. Kept for RAGSVC_TRACE_RETENTION_DAYS.",
+                        "reviewers and admins see all within their collections and principals. Kept for "
+                        "RAGSVC_TRACE_RETENTION_DAYS.",
             responses={404: {"description": "No such trace (unknown, someone else's, or past retention)"}},
             **role("reader"))
 async def query_trace(query_id: uuid.UUID, runtime: RuntimeDep, caller: ReaderDep) -> QueryTrace:
     trace = await runtime.traces.get(query_id)
-    if not caller.can("reviewer") and not caller.local and trace.api_key_id != caller.key_id:
-        raise NotFoundError(f"no trace of query {query_id} for this key (a reader key sees its own queries' traces)")
-    check_collection(caller, trace.collection)
+    own = caller.local or trace.api_key_id == caller.key_id
+    # Not this key's to read: 404, as for an unknown id (a 403 would confirm the query exists).
+    if (not own and not caller.can("reviewer")) or not caller.may_touch(trace.collection) \
+            or caller.principals_not_held(trace.principals):
+        raise NotFoundError(f"no trace of query {query_id} for this key (a reader key sees its own queries' "
+                            "traces; a key sees none of another collection or of principals it does not hold)")
     return trace

@@ -27,6 +27,9 @@ class QueryTrace(BaseModel):
     query_id: uuid.UUID
     collection: str
     api_key_id: uuid.UUID | None = Field(default=None, exclude=True)  # who asked: readers see their own
+    # The principals the query ran with: a key must hold them all to read the trace (its passages may
+    # be restricted documents), as for GET /v1/answers/{id}.
+    principals: list[str] = Field(default_factory=list, exclude=True)
     question: str = Field(description="PII-masked.")
     outcome: str
     route: dict[str, Any] = Field(description="The route decision, with the guideline that matched.")

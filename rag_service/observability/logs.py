@@ -92,8 +92,16 @@ class RedactingFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
         self._redact = redact
 
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        # Only the message is redacted, not the time and level around it (a date reads as digits).
+        record.message = self._redact(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei) -> str:  # noqa: ANN001, N802
+        return self._redact(super().formatException(ei))
+
     def format(self, record: logging.LogRecord) -> str:
-        text = self._redact(super().format(record))
+        text = super().format(record)
         rid = getattr(record, "request_id", None) or request_id()
         return f"{text} [request {rid}]" if rid else text
 

@@ -13,6 +13,7 @@ it starts.
 from __future__ import annotations
 
 import logging
+import re
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -26,6 +27,8 @@ log = logging.getLogger(__name__)
 ALERT_BELOW = 0.70
 ALERT_RUN = 10
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
+_STEP_NUMBER = re.compile(r"-\d+$")
 _SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
@@ -71,6 +74,8 @@ class ServiceMetrics:
         self.reviews = Gauge("ragsvc_review_items", "Review queue items by status.", ["status"], registry=r)
         self.review_age = Gauge("ragsvc_review_open_age_seconds", "Age of the open review items.", ["quantile"],
                                 registry=r)
+        self.database_up = Gauge("ragsvc_database_up", "1 when the last scrape read the queues from PostgreSQL.",
+                                 registry=r)
         self._quality = QualityAlert()
         self._prices: tuple[float | None, float | None] = (None, None)
 
@@ -78,13 +83,15 @@ class ServiceMetrics:
         self._prices = (prompt_per_1k, completion_per_1k)
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        # Label values from the request are bounded: any method token is accepted on the wire.
+        method = method if method in _METHODS else "other"
         self.requests.labels(method, route, str(status)).observe(seconds)
 
     def observe_query(self, collection: str, result: QueryResult) -> None:
         self.queries.labels(result.outcome).inc()
         for step, ms in result.timings_ms.items():
-            if step != "total":
-                self.steps.labels(step).observe(ms / 1000)
+            if step != "total":  # "retrieve-2" -> "retrieve": one series per kind of step, however many parts
+                self.steps.labels(_STEP_NUMBER.sub("", step)).observe(ms / 1000)
         tokens = result.llm_tokens or {}
         for kind in ("prompt", "completion"):
             if tokens.get(kind):

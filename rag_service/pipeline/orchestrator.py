@@ -239,8 +239,9 @@ class QueryPipeline:
                 log.exception("query observer failed")
         if self._traces is not None:
             try:
-                await self._traces.record_trace(trace_of(request, checked.masked, result, events.get("retrieval"),
-                                                         api_key_id))
+                trace = trace_of(request, checked.masked, result, events.get("retrieval"), api_key_id)
+                # Bounded like the log write: a stalled database does not hold the answer back.
+                await asyncio.wait_for(self._traces.record_trace(trace), self.config.persist_budget_s)
             except Exception:  # nor does a trace that could not be stored
                 log.exception("query trace not stored")
         return result

@@ -165,9 +165,13 @@ def trace_of(request: QueryRequest, masked_question: str, result: QueryResult, r
               for step in result.steps if step.status in ("failed", "fallback")]
     candidates = [TraceCandidate.model_validate(c) for c in (retrieval_event or {}).get("results", [])]
     return QueryTrace(
-        query_id=result.query_id, collection=request.collection, api_key_id=api_key_id, question=masked_question,
-        outcome=result.outcome, route=mask_pii_deep(result.route.model_dump(mode="json")), steps=result.steps,
-        timings_ms=result.timings_ms, retrieval=result.retrieval, candidates=candidates, errors=errors,
-        generator=result.generator, model=result.model, prompt=result.prompt, fallback_reason=result.fallback_reason,
+        query_id=result.query_id, collection=request.collection, api_key_id=api_key_id,
+        principals=list(request.principals), question=masked_question, outcome=result.outcome,
+        route=mask_pii_deep(result.route.model_dump(mode="json")), steps=result.steps, timings_ms=result.timings_ms,
+        # The retrieval summary's parts are the question's parts, and an experiment unit may be a
+        # caller's conversation id: masked like everything else taken from the question.
+        retrieval=mask_pii_deep(result.retrieval.model_dump(mode="json")) if result.retrieval else None,
+        candidates=candidates, errors=[mask_pii(e) for e in errors], generator=result.generator, model=result.model,
+        prompt=mask_pii_deep(result.prompt) if result.prompt else None, fallback_reason=result.fallback_reason,
         llm_tokens=result.llm_tokens,
         evaluation=masked_report(result.evaluation) if result.evaluation is not None else None)

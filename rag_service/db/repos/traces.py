@@ -24,7 +24,7 @@ class TraceRepository:
                 "INSERT INTO query_traces (query_id, collection, api_key_id, trace) VALUES (:id, :collection, "
                 ":key, :trace) ON CONFLICT (query_id) DO NOTHING").bindparams(bindparam("trace", type_=JSONB)),
                 {"id": trace.query_id, "collection": trace.collection, "key": trace.api_key_id,
-                 "trace": strip_nul(json.loads(trace.model_dump_json()))})
+                 "trace": strip_nul({**json.loads(trace.model_dump_json()), "principals": trace.principals})})
 
     async def get(self, query_id: uuid.UUID) -> QueryTrace:
         async with self._db.connect() as conn:
