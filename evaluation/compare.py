@@ -144,7 +144,7 @@ def _chunks(total: int, items: int) -> list[tuple[int, int]]:
     return [(start, min(rows, total - start)) for start in range(0, total, rows)]
 
 
-def _bootstrap_means(differences: FloatArray, present: BoolArray, *, resamples: int,
+def bootstrap_means(differences: FloatArray, present: BoolArray, *, resamples: int,
                      rng: np.random.Generator) -> FloatArray:
     """Resampled mean differences, shape (resamples, metrics); NaN where a resample drew none of a
     metric's items. ``differences`` is 0 where ``present`` is False.
@@ -171,7 +171,7 @@ def _bootstrap_means(differences: FloatArray, present: BoolArray, *, resamples: 
     return means
 
 
-def _percentile_interval(means: FloatArray, confidence: float) -> tuple[FloatArray, FloatArray]:
+def percentile_interval(means: FloatArray, confidence: float) -> tuple[FloatArray, FloatArray]:
     # Linear interpolation between order statistics, as scipy.stats.bootstrap(method="percentile").
     tail = (1.0 - confidence) / 2.0
     low, high = np.nanquantile(means, [tail, 1.0 - tail], axis=0)
@@ -234,8 +234,8 @@ def paired_bootstrap_ci(differences: ArrayLike, *, confidence: float = 0.95, res
     _check_parameters(confidence, resamples)
     values = _as_differences(differences)[:, None]
     bootstrap_rng, _ = _generators(seed)
-    means = _bootstrap_means(values, np.ones_like(values, dtype=bool), resamples=resamples, rng=bootstrap_rng)
-    low, high = _percentile_interval(means, confidence)
+    means = bootstrap_means(values, np.ones_like(values, dtype=bool), resamples=resamples, rng=bootstrap_rng)
+    low, high = percentile_interval(means, confidence)
     return float(low[0]), float(high[0])
 
 
@@ -268,14 +268,14 @@ def _intervals_and_p_values(differences: FloatArray, present: BoolArray, *, conf
                             seed: int) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Per metric (column, each with at least one item): the bootstrap CI ends and the raw p-value."""
     bootstrap_rng, randomisation_rng = _generators(seed)
-    means = _bootstrap_means(differences, present, resamples=resamples, rng=bootstrap_rng)
+    means = bootstrap_means(differences, present, resamples=resamples, rng=bootstrap_rng)
     for column in np.flatnonzero(np.isnan(means).any(axis=0)):
         # Some resample drew none of this metric's few items (likely only when it has fewer than ~15):
         # fall back to the ordinary bootstrap over its own items.
         own = differences[present[:, column], column][:, None]
-        means[:, column] = _bootstrap_means(own, np.ones_like(own, dtype=bool), resamples=resamples,
+        means[:, column] = bootstrap_means(own, np.ones_like(own, dtype=bool), resamples=resamples,
                                             rng=_generators(seed)[0])[:, 0]
-    ci_low, ci_high = _percentile_interval(means, confidence)
+    ci_low, ci_high = percentile_interval(means, confidence)
     p_values = (_sign_flip_counts(differences, resamples=resamples, rng=randomisation_rng) + 1) / (resamples + 1)
     for column, n in enumerate(present.sum(axis=0)):
         if _is_exact(int(n), resamples):

@@ -30,7 +30,7 @@ from urllib.parse import quote
 import numpy as np
 
 from evaluation import plots
-from evaluation.compare import Comparison, RunScores
+from evaluation.compare import Comparison, RunScores, bootstrap_means, percentile_interval
 from evaluation.summary import run_scores
 from rag_service.domain.eval_runs import LATENCY_METRIC, LOWER_IS_BETTER, EvalItemResult, EvalRun
 
@@ -38,7 +38,6 @@ CONFIDENCE = 0.95
 # The Monte Carlo error of a 2.5% quantile from 2,000 resamples is about 1.5% of a 95% interval's width
 # (sqrt(0.025 * 0.975 / 2000) / pdf(1.96) = 0.06 sd against a width of 3.92 sd), well below the digits shown.
 BOOTSTRAP_RESAMPLES = 2_000
-_CHUNK_CELLS = 1 << 19  # resamples x items per chunk: a few MB of counts whatever the run size
 ERRORS_SHOWN = 20
 TEXT_LIMIT = 300  # characters of a question or error shown in a table cell
 PLOT_FILES = ("distributions", "differences", "latency", "score_by_rank")  # markdown asset names, in page order
@@ -69,10 +68,10 @@ def summarise(scores: RunScores, *, seed: int, confidence: float = CONFIDENCE,
     """Per metric the mean over items and the percentile bootstrap interval of that mean (Efron &
     Tibshirani 1993, "An Introduction to the Bootstrap", ch. 13), seeded.
 
-    All metrics share each resample of the items (a vector of draw counts), so the cost is one draw per
-    resample whatever the number of metrics; a metric missing on some items is averaged over the drawn
-    items that have it, which conditional on how many it drew is the ordinary bootstrap of that metric.
-    Resamples that drew none of a metric's items (only plausible with a handful) are left out of its interval."""
+    The resampling is the comparison's (``compare.bootstrap_means``): all metrics share each resample of
+    the items; a metric missing on some items is averaged over the drawn items that have it, which
+    conditional on how many it drew is the ordinary bootstrap of that metric. Resamples that drew none of
+    a metric's items (only plausible with a handful) are left out of its interval."""
     names = list(scores)
     items = sorted({item for values in scores.values() for item, value in values.items() if value is not None})
     row = {item: k for k, item in enumerate(items)}
@@ -83,22 +82,10 @@ def summarise(scores: RunScores, *, seed: int, confidence: float = CONFIDENCE,
             if value is not None:
                 values[row[item], column], present[row[item], column] = value, True
     low, high = np.full(len(names), np.nan), np.full(len(names), np.nan)
+    scored = present.any(axis=0)  # a metric never scored has no interval (and would warn "All-NaN slice")
     if items:
-        weights = present.astype(np.float64)
-        rng = np.random.default_rng(seed)
-        means = np.empty((resamples, len(names)))
-        rows_per_chunk = max(1, _CHUNK_CELLS // len(items))
-        for start in range(0, resamples, rows_per_chunk):
-            rows = min(rows_per_chunk, resamples - start)
-            draws = rng.integers(0, len(items), size=(rows, len(items)), dtype=np.intp)
-            draws += (np.arange(rows, dtype=np.intp) * len(items))[:, None]  # row r counts into its own cells
-            counts = np.bincount(draws.ravel(), minlength=rows * len(items)).reshape(rows, len(items))
-            drawn = counts @ weights
-            with np.errstate(invalid="ignore", divide="ignore"):
-                means[start:start + rows] = np.where(drawn > 0, (counts @ values) / drawn, np.nan)
-        tail = (1.0 - confidence) / 2.0
-        scored = present.any(axis=0)  # a metric never scored has no interval (and would warn "All-NaN slice")
-        low[scored], high[scored] = np.nanquantile(means[:, scored], [tail, 1.0 - tail], axis=0)
+        means = bootstrap_means(values, present, resamples=resamples, rng=np.random.default_rng(seed))
+        low[scored], high[scored] = percentile_interval(means[:, scored], confidence)
     summaries = []
     for column, name in enumerate(names):
         n = int(present[:, column].sum())

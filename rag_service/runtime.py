@@ -51,13 +51,14 @@ from rag_service.pipeline.collaborators import (
     QueryObserver,
     TraceSink,
 )
+from rag_service.pipeline.config import PipelineConfig
 from rag_service.pipeline.evaluation import AnswerEvaluator, llm_grader
 from rag_service.pipeline.generation.extractive import PROMPT_NAME as EXTRACTIVE_PROMPT
 from rag_service.pipeline.generation.llm_generator import PROMPT_NAME as LLM_ANSWER_PROMPT
 from rag_service.pipeline.generation.llm_generator import LLMGenerator
 from rag_service.pipeline.guardrails import mask_pii
 from rag_service.pipeline.intent import IntentParser
-from rag_service.pipeline.orchestrator import PipelineConfig, QueryPipeline
+from rag_service.pipeline.orchestrator import QueryPipeline
 from rag_service.pipeline.retrieval.retriever import Retriever, build_retriever
 from rag_service.prompts.registry import Prompt, PromptRegistry
 from rag_service.providers.embeddings import Embedder, make_embedder

@@ -50,13 +50,15 @@ from rag_service.pipeline.collaborators import (
     Retrieves,
     TraceSink,
 )
+from rag_service.pipeline.config import PipelineConfig
 from rag_service.pipeline.evaluation import AnswerEvaluator, Graded, contexts_of
 from rag_service.pipeline.executor import EventSink, Executor, Fallback, Plan, RetryPolicy, Step, no_events
-from rag_service.pipeline.generation.extractive import ABSTAIN_BELOW, ExtractiveGenerator
+from rag_service.pipeline.generation.extractive import ExtractiveGenerator
 from rag_service.pipeline.guardrails import InputCheck, check_input, check_output
 from rag_service.pipeline.intent import IntentParser
 from rag_service.pipeline.intent_llm import RULES_UNSURE_BELOW, refine_with_llm
 from rag_service.pipeline.late_grading import LateGrading
+from rag_service.pipeline.reporting import KeptEvents, QueryReporting
 from rag_service.pipeline.results import (
     context_log,
     fill_answer,
@@ -67,7 +69,6 @@ from rag_service.pipeline.results import (
     merge_contexts,
     question_hash,
     retrieval_summary,
-    trace_of,
 )
 from rag_service.pipeline.retrieval.search import to_retrieval_request
 from rag_service.pipeline.router import route
@@ -81,28 +82,6 @@ _DECLINE = ("I answer questions about the documents in this collection. Ask me s
             "for example what a document says about a topic.")
 # An LLM that fails or times out leaves this share of the generation budget to the extractive fallback.
 _FALLBACK_SHARE = 0.2
-
-
-@dataclass(frozen=True)
-class PipelineConfig:
-    retrieve_budget_s: float = 10.0
-    generate_budget_s: float = 60.0
-    persist_budget_s: float = 5.0
-    retries: int = 3
-    history_turns: int = 5
-    intent_llm_budget_s: float = 5.0  # the LLM's second opinion on an unclear intent, within the intent step
-    # An answer uses a handful of chunks, so each strategy's list can be shorter than a search's:
-    # on XQuAD 40 instead of 100 kept the citation hit rate and raised throughput by a third.
-    candidates: int = 40
-    # Local grading takes milliseconds; the LLM judge and ragas get judge_budget_s, and the step
-    # (which waits for them in hold mode) a margin on top so the judge's timeout, not the step's, fires.
-    judge_budget_s: float = 60.0
-    evaluate_margin_s: float = 10.0
-    max_late_gradings: int = 32  # LLM gradings after delivery running at once; more are skipped (logged)
-    strategies: tuple[str, ...] | None = None  # for routes that name none (None: every registered one)
-    # The extractive answer says the documents do not answer when the answerability model's
-    # probability that its best passage holds the answer is below this (0: never).
-    abstain_below: float = ABSTAIN_BELOW
 
 
 class OutputRejectedError(RagServiceError):
@@ -144,8 +123,7 @@ class QueryPipeline:
         self._generator: AnswerGenerator = generator or self._extractive
         self._intent_llm = intent_llm  # asked only when the rules are unsure of the query type
         self._prompts = prompts
-        self._observe = observe
-        self._traces = traces
+        self._reporting = QueryReporting(observe, traces, self.config.persist_budget_s)
         self.evaluator = evaluator or AnswerEvaluator()
         self._late = LateGrading(self.evaluator, query_log,
                                  budget_s=self.config.judge_budget_s + self.config.evaluate_margin_s,
@@ -154,14 +132,8 @@ class QueryPipeline:
     async def run(self, request: QueryRequest, emit: EventSink | None = None, now: datetime | None = None,
                   api_key_id: uuid.UUID | None = None) -> QueryResult:
         started = time.perf_counter()
-        events: dict[str, dict[str, Any]] = {}  # the trace keeps the "retrieval" event's passages and ranks
-
-        async def emit_and_keep(kind: str, data: dict[str, Any]) -> None:
-            if kind == "retrieval":
-                events[kind] = data
-            await (emit or no_events)(kind, data)
-
-        run = Executor(emit=emit_and_keep, retry=RetryPolicy(attempts=self.config.retries))
+        events = KeptEvents(emit or no_events)
+        run = Executor(emit=events, retry=RetryPolicy(attempts=self.config.retries))
         now = now or datetime.now(UTC)
 
         # --- planning: guardrails, intent, route (each depends on the one before) ------------
@@ -232,18 +204,7 @@ class QueryPipeline:
         result.steps = run.records
         result.timings_ms = run.timings_ms()
         result.timings_ms["total"] = round((time.perf_counter() - started) * 1000, 2)
-        if self._observe is not None:
-            try:
-                self._observe(request.collection, result)
-            except Exception:  # metrics never cost a caller the answer
-                log.exception("query observer failed")
-        if self._traces is not None:
-            try:
-                trace = trace_of(request, checked.masked, result, events.get("retrieval"), api_key_id)
-                # Bounded like the log write: a stalled database does not hold the answer back.
-                await asyncio.wait_for(self._traces.record_trace(trace), self.config.persist_budget_s)
-            except Exception:  # nor does a trace that could not be stored
-                log.exception("query trace not stored")
+        await self._reporting.finished(request, checked.masked, result, events, api_key_id)
         return result
 
     async def _choose_prompt(self, name: str, unit: str) -> PromptChoice | None:

@@ -34,8 +34,9 @@ from rag_service.pipeline.collaborators import (
     QueryHistory,
     Retrieves,
 )
+from rag_service.pipeline.config import PipelineConfig
 from rag_service.pipeline.generation.tokens import TokenSink
-from rag_service.pipeline.orchestrator import PipelineConfig, QueryPipeline
+from rag_service.pipeline.orchestrator import QueryPipeline
 from rag_service.pipeline.router import default_guidelines
 from rag_service.text.citations import verify_claims
 
