@@ -25,9 +25,9 @@ from rag_service.domain import (
     RetrievedRef,
     SearchFilter,
 )
+from rag_service.domain.costs import Prices, generation_cost
 from rag_service.domain.retrieval import MAX_QUERY_CHARS
 from rag_service.errors import RagServiceError
-from rag_service.learning.report import Prices
 from rag_service.pipeline.collaborators import Retrieves
 from rag_service.pipeline.orchestrator import QueryPipeline
 from rag_service.scoring.correctness import against_reference
@@ -145,7 +145,7 @@ async def full_item(pipeline: QueryPipeline, item: EvalItem, collection: str, re
     result.latency_ms = {**answered.timings_ms}
     result.answer, result.short_answer, result.outcome = answered.answer, answered.short_answer, answered.outcome
     result.tokens = answered.llm_tokens
-    result.cost_usd = _cost(answered, prices)
+    result.cost_usd = generation_cost(answered.generator, answered.llm_tokens, prices)
     report = late_grades.get(answered.query_id, answered.evaluation)
     if report is not None:
         result.metrics["overall"] = report.overall
@@ -189,12 +189,3 @@ def reference_correctness(answer: str | None, references: Sequence[str]) -> tupl
 def first_sentence(answer: str) -> str:
     text = strip_markers(answer).strip()
     return _SENTENCE_END.split(text, maxsplit=1)[0]
-
-
-def _cost(answered: QueryResult, prices: Prices) -> float | None:
-    if answered.generator == "extractive" and not answered.llm_tokens:
-        return 0.0
-    if not answered.llm_tokens or prices.prompt is None or prices.completion is None:
-        return None
-    return (answered.llm_tokens.get("prompt", 0) * prices.prompt
-            + answered.llm_tokens.get("completion", 0) * prices.completion) / 1000

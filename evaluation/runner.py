@@ -35,8 +35,8 @@ from rag_service.config import Settings
 from rag_service.db.repos.eval_runs import ALIVE_S, EvalRunRepository
 from rag_service.db.repos.prompts import PromptRepository
 from rag_service.domain import DatasetRef, EvalItemResult, EvalRun, EvalRunRequest
+from rag_service.domain.costs import Prices
 from rag_service.errors import ConflictError, InvalidInputError, RagServiceError
-from rag_service.learning.report import Prices
 from rag_service.pipeline.collaborators import GuidelineSource, PromptSource, QueryHistory, Retrieves
 from rag_service.pipeline.orchestrator import QueryPipeline
 from rag_service.stores.base import VectorStore

@@ -37,11 +37,11 @@ from rag_service.db.repos.reviews import ReviewRepository
 from rag_service.db.repos.server import ServerInfoRepository
 from rag_service.db.repos.traces import TraceRepository
 from rag_service.domain import StoreCounts
+from rag_service.domain.costs import Prices
 from rag_service.domain.prompts import PRODUCTION
 from rag_service.errors import RagServiceError, SchemaMismatchError
 from rag_service.learning.optimizer import PROMPT_NAME as OPTIMIZER_PROMPT
 from rag_service.learning.optimizer import rewriter
-from rag_service.learning.report import Prices
 from rag_service.learning.service import LearningReviews, PromptService
 from rag_service.observability.metrics import ServiceMetrics
 from rag_service.pipeline.collaborators import (
@@ -144,7 +144,7 @@ class Runtime:
                                  tolerance=s.promotion_eval_tolerance, tolerances=s.promotion_eval_tolerances,
                                  answer_prompt=LLM_ANSWER_PROMPT if self.llm is not None else EXTRACTIVE_PROMPT)
         return PromptService(self.prompt_repository, ExperimentRepository(self.db),
-                             Prices(s.llm_usd_per_1k_prompt_tokens, s.llm_usd_per_1k_completion_tokens),
+                             self.prices,
                              offline_gate=gate)
 
     @cached_property
@@ -206,8 +206,12 @@ class Runtime:
     def metrics(self) -> ServiceMetrics:
         """This process's Prometheus metrics (GET /metrics)."""
         found = ServiceMetrics()
-        found.set_prices(self.settings.llm_usd_per_1k_prompt_tokens, self.settings.llm_usd_per_1k_completion_tokens)
+        found.prices = self.prices
         return found
+
+    @cached_property
+    def prices(self) -> Prices:
+        return Prices(self.settings.llm_usd_per_1k_prompt_tokens, self.settings.llm_usd_per_1k_completion_tokens)
 
     @cached_property
     def monitoring(self) -> MonitoringRepository:
@@ -248,7 +252,7 @@ class Runtime:
             generator=f"llm:{s.llm_model_simple},{s.llm_model_moderate},{s.llm_model_complex}" if llm else "extractive",
             answer_prompt=LLM_ANSWER_PROMPT if llm else EXTRACTIVE_PROMPT,
             judge_prompt=JUDGE_PROMPT if llm and s.eval_llm_judge else None,
-            prices=Prices(s.llm_usd_per_1k_prompt_tokens, s.llm_usd_per_1k_completion_tokens),
+            prices=self.prices,
             golden_rows=self.eval_runs.golden_rows, db_engine=self.db.engine))
 
     @cached_property

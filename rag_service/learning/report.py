@@ -17,12 +17,12 @@ included (intention to treat).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
 from rag_service.db.repos.experiments import Observation
+from rag_service.domain.costs import Prices, generation_cost
 from rag_service.domain.prompts import Experiment, ExperimentReport, MetricComparison, VariantStats
 from rag_service.learning.sequential import better, clustered_test, worse
 
@@ -66,23 +66,10 @@ def compare(observations: Sequence[Observation], metric: str, higher_is_better: 
         verdict=verdict)
 
 
-@dataclass(frozen=True)
-class Prices:
-    """USD per 1,000 tokens (RAGSVC_LLM_USD_PER_1K_*); None: not configured."""
-
-    prompt: float | None = None
-    completion: float | None = None
-
-
 def answer_cost(observation: Observation, prices: Prices) -> float | None:
     """An answer's generation cost: 0 without an LLM call; None when the LLM's tokens or the prices
     are unknown."""
-    if observation.llm_tokens is None:
-        return 0.0 if observation.generator == "extractive" else None
-    if prices.prompt is None or prices.completion is None:
-        return None
-    return (observation.llm_tokens.get("prompt", 0) * prices.prompt
-            + observation.llm_tokens.get("completion", 0) * prices.completion) / 1000
+    return generation_cost(observation.generator, observation.llm_tokens, prices)
 
 
 def variant_stats(observations: Sequence[Observation], variant: Literal["control", "candidate"], label: str,

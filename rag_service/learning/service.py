@@ -18,6 +18,7 @@ from rag_service.db.repos.experiments import ExperimentRepository
 from rag_service.db.repos.guidelines import GuidelineRepository
 from rag_service.db.repos.prompts import PromptRepository
 from rag_service.domain import Caller, GuidelineSet
+from rag_service.domain.costs import Prices
 from rag_service.domain.prompts import (
     CANDIDATE,
     GUIDELINES_NAME,
@@ -44,7 +45,7 @@ from rag_service.learning.candidates import (
     with_examples,
     worked_examples,
 )
-from rag_service.learning.report import Prices, report
+from rag_service.learning.report import report
 from rag_service.prompts.registry import validate_template
 from rag_service.review.service import ReviewService
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from rag_service.domain import QueryResult
+from rag_service.domain.costs import Prices, generation_cost
 from rag_service.domain.monitoring import QueueFigures
 
 log = logging.getLogger(__name__)
@@ -77,10 +78,7 @@ class ServiceMetrics:
         self.database_up = Gauge("ragsvc_database_up", "1 when the last scrape read the queues from PostgreSQL.",
                                  registry=r)
         self._quality = QualityAlert()
-        self._prices: tuple[float | None, float | None] = (None, None)
-
-    def set_prices(self, prompt_per_1k: float | None, completion_per_1k: float | None) -> None:
-        self._prices = (prompt_per_1k, completion_per_1k)
+        self.prices = Prices()  # the endpoint's prices, for the cost counter
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         # Label values from the request are bounded: any method token is accepted on the wire.
@@ -96,10 +94,9 @@ class ServiceMetrics:
         for kind in ("prompt", "completion"):
             if tokens.get(kind):
                 self.tokens.labels(kind).inc(tokens[kind])
-        prompt_price, completion_price = self._prices
-        if tokens and prompt_price is not None and completion_price is not None:
-            self.cost.inc((tokens.get("prompt", 0) * prompt_price + tokens.get("completion", 0) * completion_price)
-                          / 1000)
+        cost = generation_cost(result.generator, tokens, self.prices)
+        if cost:
+            self.cost.inc(cost)
         report = result.evaluation
         if report is None:
             return
