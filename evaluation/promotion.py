@@ -16,7 +16,7 @@ from typing import Any
 
 from evaluation.comparisons import compare_runs
 from evaluation.gate import gate
-from evaluation.sources import GUIDELINES_PIN
+from evaluation.sources import GUIDELINES_PIN, pinnable
 from rag_service.db.repos.eval_runs import EvalRunRepository
 from rag_service.db.repos.prompts import PromptRepository
 from rag_service.domain import EvalRun
@@ -43,7 +43,7 @@ class EvalPromotionGate:
         # What an eval run can answer with another version of (evaluation.runner._versions): the gate
         # covers these; other prompts (the judge's, the optimiser's, the answer prompt this
         # configuration does not use) no eval run exercises, so none can be evidence for them.
-        self._gated = {answer_prompt, GUIDELINES_PIN}
+        self._gated = pinnable(answer_prompt)
         self._tolerance = tolerance
         self._tolerances = dict(tolerances)
 

@@ -28,7 +28,7 @@ from evaluation.langfuse_export import LangfuseTarget, export_run
 from evaluation.metrics import EVAL_EXTRA, AnswerMetrics
 from evaluation.preparation import as_loaded, corpus_documents, eval_items, run_collection
 from evaluation.snapshot import code_version, config_hash, snapshot
-from evaluation.sources import GUIDELINES_PIN, EvalHistory, PinnedGuidelines, PinnedPrompts
+from evaluation.sources import GUIDELINES_PIN, EvalHistory, PinnedGuidelines, PinnedPrompts, pinnable
 from evaluation.summary import summarise
 from ingestion.pipeline import IngestOptions, Ingestor
 from rag_service.config import Settings
@@ -118,8 +118,7 @@ class EvalRunner:
                 raise InvalidInputError(f"prompts {sorted(request.prompts)} are not used in retrieval mode; run with "
                                         "mode full to measure a prompt or guidelines version")
             return {}  # retrieval reads no prompt: recording one would change the hash for nothing
-        pinnable = {self._parts.answer_prompt, GUIDELINES_PIN}
-        unused = sorted(set(request.prompts) - pinnable)
+        unused = sorted(set(request.prompts) - pinnable(self._parts.answer_prompt))
         if unused:
             raise InvalidInputError(f"prompts {unused} cannot be pinned in an eval run: this configuration answers "
                                     f"with {self._parts.answer_prompt!r} (and the {GUIDELINES_PIN!r})")

@@ -20,6 +20,12 @@ from rag_service.domain.prompts import GUIDELINES_NAME, PRODUCTION, PromptChoice
 GUIDELINES_PIN = "guidelines"  # the key of EvalRunRequest.prompts that pins the router's guidelines
 
 
+def pinnable(answer_prompt: str) -> frozenset[str]:
+    """What an eval run can answer with another version of: the configured answering prompt and the
+    guidelines (so also what the promotion gate can judge)."""
+    return frozenset({answer_prompt, GUIDELINES_PIN})
+
+
 class PinnedPrompts:
     def __init__(self, repository: PromptRepository, pins: dict[str, int]) -> None:
         self._repository = repository

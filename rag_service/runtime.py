@@ -142,7 +142,7 @@ class Runtime:
         s = self.settings
         gate = EvalPromotionGate(self.eval_runs, self.prompt_repository, required=s.promotion_requires_eval_run,
                                  tolerance=s.promotion_eval_tolerance, tolerances=s.promotion_eval_tolerances,
-                                 answer_prompt=LLM_ANSWER_PROMPT if self.llm is not None else EXTRACTIVE_PROMPT)
+                                 answer_prompt=self.answer_prompt)
         return PromptService(self.prompt_repository, ExperimentRepository(self.db),
                              self.prices,
                              offline_gate=gate)
@@ -209,6 +209,11 @@ class Runtime:
         found.prices = self.prices
         return found
 
+    @property
+    def answer_prompt(self) -> str:
+        """The prompt this configuration answers with: the LLM's, or the extractive answerer's."""
+        return LLM_ANSWER_PROMPT if self.llm is not None else EXTRACTIVE_PROMPT
+
     @cached_property
     def prices(self) -> Prices:
         return Prices(self.settings.llm_usd_per_1k_prompt_tokens, self.settings.llm_usd_per_1k_completion_tokens)
@@ -250,7 +255,7 @@ class Runtime:
             answer_metrics=AnswerMetrics(embed=self.embedder.embed, llm=RagasConfig.from_settings(s)),
             embedder_name=self.embedder.name,
             generator=f"llm:{s.llm_model_simple},{s.llm_model_moderate},{s.llm_model_complex}" if llm else "extractive",
-            answer_prompt=LLM_ANSWER_PROMPT if llm else EXTRACTIVE_PROMPT,
+            answer_prompt=self.answer_prompt,
             judge_prompt=JUDGE_PROMPT if llm and s.eval_llm_judge else None,
             prices=self.prices,
             golden_rows=self.eval_runs.golden_rows, db_engine=self.db.engine))

@@ -101,8 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(eval_runs.router)
     app.include_router(monitoring.router)
     app.include_router(console.router)
-    app.add_middleware(monitoring.RequestTimer)
-    app.add_middleware(monitoring.RequestIds)  # added last: outermost, so every log line of the request has the id
+    app.add_middleware(monitoring.RequestMonitor)  # added last: outermost, every log line of the request has the id
 
     def openapi() -> dict[str, Any]:
         # Bodies read by hand (multipart or JSON on one route) reference schemas FastAPI does not

@@ -1,5 +1,5 @@
 """GET /metrics in Prometheus' text format, for keys with the ``monitor`` role (and admins); the
-request timer and the request ids every request passes through."""
+middleware every request passes through (its id and its timing)."""
 
 from __future__ import annotations
 
@@ -37,9 +37,11 @@ async def metrics(runtime: RuntimeDep) -> Response:
     return Response(runtime.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
-class RequestTimer:
-    """ASGI middleware: each HTTP request's duration (to its last byte, so a stream counts whole) by
-    method, route template (not the raw path: ids would make a series per document) and status."""
+class RequestMonitor:
+    """ASGI middleware, one layer for both: binds the request id (the caller's ``X-Request-ID`` when it
+    is a plain token, else a new one) for the request's logs and the jobs it queues and returns it in
+    the response; and times the request (to its last byte, so a stream counts whole) by method, route
+    template (not the raw path: ids would make a series per document) and status."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -49,12 +51,17 @@ class RequestTimer:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
+        given = next((value.decode("latin-1") for name, value in scope.get("headers", [])
+                      if name.decode("latin-1").lower() == REQUEST_ID_HEADER.lower()), None)
+        rid = bind_request_id(given)
         status = 500
 
         async def sending(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                message = {**message, "headers": [*message.get("headers", []),
+                                                  (REQUEST_ID_HEADER.lower().encode(), rid.encode())]}
             await send(message)
 
         try:
@@ -65,28 +72,3 @@ class RequestTimer:
             runtime = getattr(scope.get("app").state, "runtime", None) if scope.get("app") else None
             if runtime is not None:
                 runtime.metrics.observe_request(scope["method"], template, status, time.perf_counter() - started)
-
-
-class RequestIds:
-    """ASGI middleware: binds the request id (the caller's ``X-Request-ID`` when it is a plain
-    token, else a new one) for the request's logs and the jobs it queues, and returns it in the
-    response's ``X-Request-ID``."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        given = next((value.decode("latin-1") for name, value in scope.get("headers", [])
-                      if name.decode("latin-1").lower() == REQUEST_ID_HEADER.lower()), None)
-        rid = bind_request_id(given)
-
-        async def sending(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []),
-                                                  (REQUEST_ID_HEADER.lower().encode(), rid.encode())]}
-            await send(message)
-
-        await self.app(scope, receive, sending)
