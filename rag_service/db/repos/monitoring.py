@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 from sqlalchemy import text
 
 from rag_service.db.engine import Database
+from rag_service.domain import REVIEW_STATUSES
+from rag_service.domain.jobs import JobStatus
 from rag_service.domain.monitoring import QueueFigures
 
-JOB_STATUSES = ("queued", "running", "succeeded", "failed")
-REVIEW_STATUSES = ("pending", "claimed", "approved", "rejected", "edited", "expired")
+JOB_STATUSES: tuple[str, ...] = get_args(JobStatus)
 
 
 class MonitoringRepository:
