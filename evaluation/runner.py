@@ -18,6 +18,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -37,6 +38,8 @@ from rag_service.db.repos.prompts import PromptRepository
 from rag_service.domain import DatasetRef, EvalItemResult, EvalRun, EvalRunRequest
 from rag_service.domain.costs import Prices
 from rag_service.errors import ConflictError, InvalidInputError, RagServiceError
+from rag_service.observability.logs import request_id
+from rag_service.observability.trace_tree import TraceExporter, TraceRecord, job_trace
 from rag_service.pipeline.collaborators import GuidelineSource, PromptSource, QueryHistory, Retrieves
 from rag_service.pipeline.orchestrator import QueryPipeline
 from rag_service.stores.base import VectorStore
@@ -67,9 +70,24 @@ class RunnerParts:
     prices: Prices
     golden_rows: Callable[[], Awaitable[list[dict[str, Any]]]]
     db_engine: Any  # for VACUUM ANALYZE after a fresh ingest
+    tracer: TraceExporter | None = None  # Langfuse, when its keys are set: one trace per run
 
 
 JUDGE_VERSIONS = "judge_prompt_versions"
+
+
+def run_trace(run: EvalRun, request_id: str | None = None) -> TraceRecord:
+    """A started run as one Langfuse trace, its metric means as scores (the per-item traces and scores go
+    to Langfuse as a dataset run: ``export_run``)."""
+    means = {name: float(v["mean"]) for name, v in run.summary.items()
+             if isinstance(v, dict) and isinstance(v.get("mean"), int | float) and not isinstance(v["mean"], bool)}
+    return job_trace(
+        run.id, kind="eval-run", started_at=run.started_at or run.created_at,
+        ended_at=run.finished_at or datetime.now(UTC), status=run.status, error=run.error, request_id=request_id,
+        scores=means,
+        input={"dataset": run.dataset.model_dump(mode="json"), "mode": run.mode, "name": run.name,
+               "config_hash": run.config_hash, "code_version": run.code_version, "seed": run.seed},
+        output={"items_total": run.items_total, "items_done": run.items_done, "items_failed": run.items_failed})
 
 
 class EvalRunner:
@@ -153,19 +171,29 @@ class EvalRunner:
             raise  # interrupted: stays 'running'; resume continues it
         except Exception as exc:
             why = str(exc) if isinstance(exc, RagServiceError) else f"{type(exc).__name__}: {exc}"
-            await self._parts.runs.finish(run_id, summary=summarise(await self._parts.runs.results(run_id)) | judge,
-                                          error=why)
+            failed = await self._parts.runs.finish(
+                run_id, summary=summarise(await self._parts.runs.results(run_id)) | judge, error=why)
+            self._trace(failed)
             raise
         finally:
             beat.cancel()
         results = await self._parts.runs.results(run_id)
         finished = await self._parts.runs.finish(run_id, summary=summarise(results) | judge)
+        self._trace(finished)
         target = LangfuseTarget.from_settings(self._parts.settings)
         if target is not None:  # no keys: nothing is sent, and nothing is said
             report = await export_run(target, finished, results)
             log.info("eval run %s sent to Langfuse as dataset run %s (%d items, %d scores, %d errors)",
                      run_id, report.run_name, report.items, report.scores, len(report.errors))
         return finished
+
+    def _trace(self, run: EvalRun) -> None:
+        if self._parts.tracer is None or run.started_at is None:
+            return
+        try:
+            self._parts.tracer.submit(run_trace(run, request_id()))
+        except Exception:  # tracing never fails a run
+            log.exception("eval run %s not traced", run.id)
 
     async def _judge_versions(self, run: EvalRun) -> dict[str, Any]:
         """The LLM judge grades with production's judge prompt when the items run (it is not pinned):

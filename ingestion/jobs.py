@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from rag_service.domain import JobView, Upload
 from rag_service.errors import RagServiceError
 from rag_service.observability.logs import bind_request_id
 from rag_service.observability.logs import request_id as current_request_id
+from rag_service.observability.trace_tree import TraceExporter, job_trace
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,7 @@ class JobDeps:
 
     jobs: JobRepository
     make_ingestor: Callable[[], Ingestor]
+    tracer: TraceExporter | None = None  # Langfuse, when its keys are set
 
 
 def options_to_params(options: IngestOptions, paths: list[str] | None = None) -> dict[str, Any]:
@@ -154,7 +157,27 @@ def _as_upload(doc: LoadedDocument, upload: Upload) -> LoadedDocument:
 async def ingest_task(context: JobContext, job_id: str, request_id: str | None = None) -> None:
     deps: JobDeps = context.additional_context["ingest"]
     bind_request_id(request_id)  # the id of the request that queued it: its logs carry it too
-    await run_job(uuid.UUID(job_id), deps.jobs, deps.make_ingestor)
+    try:
+        await run_job(uuid.UUID(job_id), deps.jobs, deps.make_ingestor)
+    finally:
+        if deps.tracer is not None:
+            await trace_job(deps.tracer, deps.jobs, uuid.UUID(job_id), request_id)
+
+
+async def trace_job(tracer: TraceExporter, jobs: JobRepository, job_id: uuid.UUID, request_id: str | None) -> None:
+    """The finished (or failed) job as a Langfuse trace; never raises (the job's outcome is stored)."""
+    try:
+        job = await jobs.get(job_id)
+        if job.started_at is None:
+            return
+        report = job.report or {}
+        tracer.submit(job_trace(
+            job.id, kind="ingestion", started_at=job.started_at, ended_at=job.finished_at or datetime.now(UTC),
+            status=job.status, error=job.error, request_id=request_id,
+            input={"collection": job.collection, "paths": job.params.get("paths"), "attempts": job.attempts},
+            output={k: v for k, v in report.items() if k != "errors"} | {"errors": len(report.get("errors") or [])}))
+    except Exception:
+        log.exception("ingestion job %s not traced", job_id)
 
 
 def make_queue(url: str) -> App:

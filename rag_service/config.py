@@ -204,10 +204,13 @@ class Settings(BaseSettings):
         default=None, ge=0, description="The endpoint's price, for experiments' cost per answer (unset: tokens only).")
     llm_usd_per_1k_completion_tokens: float | None = Field(default=None, ge=0)
 
-    # --- tracing (Langfuse when all three are set; used once tracing exists) ----------------
+    # --- tracing: Langfuse when both keys are set (host: Langfuse Cloud unless given) ----------
     langfuse_host: str | None = None
     langfuse_public_key: SecretStr | None = None
     langfuse_secret_key: SecretStr | None = None
+    langfuse_queue_size: int = Field(default=1000, ge=1, le=1_000_000, description=(
+        "Traces waiting to be sent to Langfuse; one more is dropped (and counted in "
+        "ragsvc_langfuse_traces_dropped_total) rather than slow a query."))
 
     # --- HTTP -------------------------------------------------------------------------------
     host: str = "127.0.0.1"

@@ -43,13 +43,13 @@ from rag_service.errors import RagServiceError, SchemaMismatchError
 from rag_service.learning.optimizer import PROMPT_NAME as OPTIMIZER_PROMPT
 from rag_service.learning.optimizer import rewriter
 from rag_service.learning.service import LearningReviews, PromptService
+from rag_service.observability.logs import Redactor, redact_deep
 from rag_service.observability.metrics import ServiceMetrics
+from rag_service.observability.tracing import LangfuseTracer
 from rag_service.pipeline.collaborators import (
     GuidelineSource,
     PromptSource,
     QueryHistory,
-    QueryObserver,
-    TraceSink,
 )
 from rag_service.pipeline.config import PipelineConfig
 from rag_service.pipeline.evaluation import AnswerEvaluator, llm_grader
@@ -59,6 +59,7 @@ from rag_service.pipeline.generation.llm_generator import LLMGenerator
 from rag_service.pipeline.guardrails import mask_pii
 from rag_service.pipeline.intent import IntentParser
 from rag_service.pipeline.orchestrator import QueryPipeline
+from rag_service.pipeline.reporting import QueryReporting
 from rag_service.pipeline.retrieval.retriever import Retriever, build_retriever
 from rag_service.prompts.registry import Prompt, PromptRegistry
 from rag_service.providers.embeddings import Embedder, make_embedder
@@ -195,8 +196,16 @@ class Runtime:
     @cached_property
     def pipeline(self) -> QueryPipeline:
         """The query pipeline (guardrails, intent, router, retrieval, generation) for this process."""
-        return self.build_pipeline(self.query_log, self.prompts, self.guidelines, observe=self.metrics.observe_query,
-                                   traces=self.traces)
+        reporting = QueryReporting(observe=self.metrics.observe_query, traces=self.traces, export=self.tracer,
+                                   prices=self.prices, budget_s=PipelineConfig().persist_budget_s)
+        return self.build_pipeline(self.query_log, self.prompts, self.guidelines, reporting=reporting)
+
+    @cached_property
+    def tracer(self) -> LangfuseTracer | None:
+        """Langfuse tracing when its keys are set, else None (and nothing is sent)."""
+        redact = Redactor(self.settings.secret_values(), mask_personal=mask_pii)
+        return LangfuseTracer.from_settings(self.settings, mask=lambda *, data, **_: redact_deep(redact, data),
+                                            on_drop=self.metrics.langfuse_dropped.inc)
 
     @cached_property
     def traces(self) -> TraceRepository:
@@ -223,17 +232,17 @@ class Runtime:
         return MonitoringRepository(self.db)
 
     def build_pipeline(self, query_log: QueryHistory, prompts: PromptSource, guidelines: GuidelineSource,
-                       observe: QueryObserver | None = None, traces: TraceSink | None = None) -> QueryPipeline:
+                       reporting: QueryReporting | None = None) -> QueryPipeline:
         """A pipeline on this process's parts with the given history, prompt and guideline sources
         (an eval run answers without storing anything, with the versions it pins, and is not counted
-        in the service's metrics nor traced: no ``observe``, no ``traces``)."""
+        in the service's metrics nor traced per query: no ``reporting``)."""
         s = self.settings
         return QueryPipeline(
             retriever=self.retriever, collections=self.catalog, guidelines=guidelines,
             query_log=query_log,
             generator=LLMGenerator(self.llm) if self.llm is not None else None,
             parser=self.intent_parser, intent_llm=self.llm,
-            evaluator=self.evaluator, prompts=prompts, observe=observe, traces=traces,
+            evaluator=self.evaluator, prompts=prompts, reporting=reporting,
             config=PipelineConfig(retrieve_budget_s=s.query_retrieve_budget_s, judge_budget_s=s.eval_judge_budget_s,
                                   generate_budget_s=s.query_generate_budget_s, history_turns=s.conversation_turns,
                                   candidates=s.query_retrieval_candidates, strategies=s.default_strategies,
@@ -258,7 +267,7 @@ class Runtime:
             answer_prompt=self.answer_prompt,
             judge_prompt=JUDGE_PROMPT if llm and s.eval_llm_judge else None,
             prices=self.prices,
-            golden_rows=self.eval_runs.golden_rows, db_engine=self.db.engine))
+            golden_rows=self.eval_runs.golden_rows, db_engine=self.db.engine, tracer=self.tracer))
 
     @cached_property
     def intent_parser(self) -> IntentParser:
@@ -288,7 +297,7 @@ class Runtime:
 
     def job_deps(self) -> JobDeps:
         """What ingestion workers need from this process."""
-        return JobDeps(jobs=self.jobs, make_ingestor=self.ingestor)
+        return JobDeps(jobs=self.jobs, make_ingestor=self.ingestor, tracer=self.tracer)
 
     def other_jobs(self) -> tuple[QueueConsumer, ...]:
         """The job kinds a worker runs besides ingestion: eval runs."""
@@ -322,6 +331,8 @@ class Runtime:
             self.embedder_error = None
 
     async def close(self) -> None:
+        if "tracer" in self.__dict__ and self.tracer is not None:  # send what is queued, within a bound
+            await asyncio.to_thread(self.tracer.close)
         if "prompt_repository" in self.__dict__:
             await self.prompt_repository.close()
         if "llm" in self.__dict__ and self.llm is not None:  # only if it was ever made

@@ -18,7 +18,11 @@ It follows the real server where the export could get it wrong (github.com/langf
 * ``POST /api/public/dataset-run-items`` takes only the keys the strict schema allows, needs an
   existing dataset item (404), makes the run on first use and a fresh run item id every time;
 * ``GET /api/public/dataset-run-items?datasetId=&runName=&page=&limit=`` pages through a run's items,
-  404 when the run does not exist.
+  404 when the run does not exist;
+* ``POST /api/public/otel/v1/traces`` takes what the SDK (v3+) exports over OTLP/HTTP (protobuf, gzip)
+  and keeps each span, decoded (``spans``);
+* ``POST /api/public/scores`` takes the SDK's score batches (a JSON list) and answers 202
+  ``{"message": "Accepted"}``; scores upsert on their id.
 
 Tests can make a path fail (``fail``), slow (``delay_s``) or reject event types at ingestion
 (``reject_event_types``, as a Langfuse v4 deployment in events_only mode rejects trace events).
@@ -42,6 +46,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from tests.http_fakes import running, send_json
+from tests.otlp_decode import decode_spans
 
 PUBLIC_KEY = "pk-lf-fake-public"
 SECRET_KEY = "sk-lf-fake-secret"
@@ -70,6 +75,7 @@ class FakeLangfuse:
     scores: dict[str, dict[str, Any]] = field(default_factory=dict)  # by body id, the last version
     runs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # by (dataset id, run name)
     run_items: list[dict[str, Any]] = field(default_factory=list)
+    spans: list[dict[str, Any]] = field(default_factory=list)  # OTLP spans, decoded (tests/otlp_decode.py)
     fail: dict[str, int] = field(default_factory=dict)  # "POST /api/public/..." -> status to answer
     delay_s: float = 0.0
     reject_event_types: set[str] = field(default_factory=set)
@@ -260,8 +266,9 @@ def fake_langfuse(public_key: str = PUBLIC_KEY, secret_key: str = SECRET_KEY) ->
             parts = urlsplit(self.path)
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
+            otlp = parts.path == "/api/public/otel/v1/traces"
             try:
-                body = json.loads(raw) if raw else None
+                body = None if otlp else json.loads(raw) if raw else None
             except ValueError:
                 body = None
             query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
@@ -280,6 +287,15 @@ def fake_langfuse(public_key: str = PUBLIC_KEY, secret_key: str = SECRET_KEY) ->
                 return send_json(self, 401, payload)
             if endpoint in state.fail:
                 return send_json(self, state.fail[endpoint], {"message": "fake failure"})
+            if otlp and method == "POST":
+                spans = decode_spans(raw, self.headers.get("Content-Encoding"))
+                with lock:
+                    state.spans.extend(spans)
+                return send_json(self, 200, {})
+            if endpoint == "POST /api/public/scores" and isinstance(body, list):
+                with lock:
+                    state.scores.update({score["id"]: score for score in body if isinstance(score, dict)})
+                return send_json(self, 202, {"message": "Accepted"})
             if method == "POST" and not isinstance(body, dict):
                 return send_json(self, 400, {"message": "Invalid request data"})
             with lock:

@@ -13,6 +13,7 @@ from rag_service.domain.answers import Citation, Claim
 from rag_service.domain.documents import COLLECTION_PATTERN, JsonScalar, MetadataRange
 from rag_service.domain.evaluation import EvaluationReport
 from rag_service.domain.intent import Intent
+from rag_service.domain.retrieval import Iteration
 from rag_service.domain.review import ReviewTrigger
 from rag_service.domain.routing import RouteDecision
 
@@ -61,6 +62,7 @@ class StepRecord(BaseModel):
     elapsed_ms: float
     attempts: int = 1
     detail: str | None = None
+    started_ms: float | None = Field(default=None, description="When the step started, in ms after the query did.")
 
 
 class Clarification(BaseModel):
@@ -76,6 +78,8 @@ class RetrievalSummary(BaseModel):
     reranked: bool
     rerank_error: str | None = None
     strategies: list[str]
+    loop: list[list[Iteration]] = Field(default_factory=list, description=(
+        "Per part (in the order of `parts`): what each iteration of the adaptive loop tried."))
 
 
 class QueryResult(BaseModel):

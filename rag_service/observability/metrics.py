@@ -75,6 +75,8 @@ class ServiceMetrics:
         self.reviews = Gauge("ragsvc_review_items", "Review queue items by status.", ["status"], registry=r)
         self.review_age = Gauge("ragsvc_review_open_age_seconds", "Age of the open review items.", ["quantile"],
                                 registry=r)
+        self.langfuse_dropped = Counter("ragsvc_langfuse_traces_dropped_total", "Traces not sent to Langfuse "
+                                        "because its queue was full (Langfuse slow or down).", registry=r)
         self.database_up = Gauge("ragsvc_database_up", "1 when the last scrape read the queues from PostgreSQL.",
                                  registry=r)
         self._quality = QualityAlert()

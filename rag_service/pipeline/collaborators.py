@@ -90,3 +90,7 @@ class TraceSink(Protocol):
     async def record_trace(self, trace: QueryTrace) -> None:
         """Store a finished query's trace."""
         ...
+
+    async def record_evaluation(self, query_id: uuid.UUID, report: EvaluationReport) -> None:
+        """Replace a stored trace's evaluation (the late LLM grades)."""
+        ...

@@ -117,6 +117,7 @@ class Executor:
     results: dict[str, Any] = field(default_factory=dict)
     _records: list[tuple[int, StepRecord]] = field(default_factory=list)
     _started: int = 0
+    _t0: float = field(default_factory=time.perf_counter)  # the steps' start offsets count from here
 
     @property
     def records(self) -> list[StepRecord]:
@@ -194,7 +195,7 @@ class Executor:
                    detail: str | None) -> None:
         elapsed = (time.perf_counter() - started) * 1000
         record = StepRecord(id=step.id, kind=step.kind, status=status, elapsed_ms=elapsed, attempts=max(attempts, 1),
-                            detail=detail)
+                            detail=detail, started_ms=round((started - self._t0) * 1000, 3))
         bisect.insort(self._records, (order, record), key=lambda entry: entry[0])
         await self.emit("step.end", {"step": step.id, "status": status, "elapsed_ms": round(elapsed, 2),
                                      **({"detail": detail} if detail else {})})

@@ -1,7 +1,8 @@
 """LLM grading after delivery: the judge and ragas take seconds, so in deliver mode they run once
-the caller has its answer. Their grades are stored beside the local ones and queue the answer
-when they find it weak. Running gradings are bounded (more are skipped, logged) and tracked so
-shutdown and one-shot CLI runs can wait for them."""
+the caller has its answer. Their grades are stored beside the local ones, replace them in the
+answer's trace (stored and in Langfuse), and queue the answer when they find it weak. Running
+gradings are bounded (more are skipped, logged) and tracked so shutdown and one-shot CLI runs can
+wait for them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import uuid
 
 from rag_service.pipeline.collaborators import QueryHistory
 from rag_service.pipeline.evaluation import AnswerEvaluator, Graded
+from rag_service.pipeline.reporting import QueryReporting
 from rag_service.pipeline.results import masked_report
 from rag_service.review.gate import trigger_for
 from rag_service.scoring.evidence import ScoringInput
@@ -19,10 +21,11 @@ log = logging.getLogger(__name__)
 
 
 class LateGrading:
-    def __init__(self, evaluator: AnswerEvaluator, grades: QueryHistory, *, budget_s: float,
-                 max_running: int) -> None:
+    def __init__(self, evaluator: AnswerEvaluator, grades: QueryHistory, reporting: QueryReporting, *,
+                 budget_s: float, max_running: int) -> None:
         self._evaluator = evaluator
         self._grades = grades
+        self._reporting = reporting
         self._budget_s = budget_s
         self._max_running = max_running
         self._running: set[asyncio.Task[None]] = set()
@@ -42,10 +45,12 @@ class LateGrading:
                 graded, notes = combined
                 if notes:
                     log.info("LLM grading of %s: %s", query_id, "; ".join(notes))
+                report = masked_report(graded.report)
                 await self._grades.record_grades(
                     query_id, collection=collection, question_hash=question_hash,
-                    report=masked_report(graded.report), trigger=trigger_for(graded.verdict, graded.evaluation),
+                    report=report, trigger=trigger_for(graded.verdict, graded.evaluation),
                     prompt_name=prompt_name, prompt_version=prompt_version)
+                await self._reporting.regraded(query_id, report)
             except Exception:  # the caller has its answer; a failed late grading is logged, not raised
                 log.exception("LLM grading of answer %s failed", query_id)
 

@@ -46,9 +46,7 @@ from rag_service.pipeline.collaborators import (
     GuidelineSource,
     PromptSource,
     QueryHistory,
-    QueryObserver,
     Retrieves,
-    TraceSink,
 )
 from rag_service.pipeline.config import PipelineConfig
 from rag_service.pipeline.evaluation import AnswerEvaluator, Graded, contexts_of
@@ -108,11 +106,11 @@ class QueryPipeline:
                  query_log: QueryHistory, generator: AnswerGenerator | None = None,
                  parser: IntentParser | None = None, config: PipelineConfig | None = None,
                  intent_llm: LLM | None = None, evaluator: AnswerEvaluator | None = None,
-                 prompts: PromptSource | None = None, observe: QueryObserver | None = None,
-                 traces: TraceSink | None = None) -> None:
+                 prompts: PromptSource | None = None, reporting: QueryReporting | None = None) -> None:
         """``generator`` answers (default: extractive); when it is not the extractive one, a
         failure of it falls back to extractive answers. ``prompts`` chooses the version of the
-        generator's prompt each query uses (None: the generator's shipped default)."""
+        generator's prompt each query uses (None: the generator's shipped default). ``reporting``: who
+        hears of each finished query (metrics, stored traces, Langfuse)."""
         self._retriever = retriever
         self._collections = collections
         self._guidelines = guidelines
@@ -123,9 +121,9 @@ class QueryPipeline:
         self._generator: AnswerGenerator = generator or self._extractive
         self._intent_llm = intent_llm  # asked only when the rules are unsure of the query type
         self._prompts = prompts
-        self._reporting = QueryReporting(observe, traces, self.config.persist_budget_s)
+        self._reporting = reporting or QueryReporting()
         self.evaluator = evaluator or AnswerEvaluator()
-        self._late = LateGrading(self.evaluator, query_log,
+        self._late = LateGrading(self.evaluator, query_log, self._reporting,
                                  budget_s=self.config.judge_budget_s + self.config.evaluate_margin_s,
                                  max_running=self.config.max_late_gradings)
 

@@ -1,5 +1,6 @@
-"""Who hears of a finished query besides its caller: the metrics observer and the trace store.
-Neither may cost the caller the answer, nor hold it back for long."""
+"""Who hears of a finished query besides its caller: the metrics observer, the trace store and
+Langfuse. None of them may cost the caller the answer, nor hold it back for long: the observer is a
+counter update, the trace write has a budget, and the Langfuse exporter only queues."""
 
 from __future__ import annotations
 
@@ -7,11 +8,16 @@ import asyncio
 import logging
 import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
-from rag_service.domain import QueryRequest, QueryResult
+from rag_service.domain import EvaluationReport, QueryRequest, QueryResult
+from rag_service.domain.costs import Prices, generation_cost
+from rag_service.observability.logs import request_id
+from rag_service.observability.trace_tree import TraceExporter, TraceRecord, evaluation_scores, query_trace
 from rag_service.pipeline.collaborators import QueryObserver, TraceSink
 from rag_service.pipeline.executor import EventSink, no_events
+from rag_service.pipeline.guardrails import mask_pii
 from rag_service.pipeline.results import trace_of
 
 log = logging.getLogger(__name__)
@@ -35,6 +41,8 @@ class KeptEvents:
 class QueryReporting:
     observe: QueryObserver | None = None
     traces: TraceSink | None = None
+    export: TraceExporter | None = None  # Langfuse, when its keys are set
+    prices: Prices = field(default_factory=Prices)
     budget_s: float = 5.0  # the trace write, like the log write: a stalled database does not hold the answer
 
     async def finished(self, request: QueryRequest, masked_question: str, result: QueryResult, events: KeptEvents,
@@ -44,9 +52,39 @@ class QueryReporting:
                 self.observe(request.collection, result)
             except Exception:  # metrics never cost a caller the answer
                 log.exception("query observer failed")
+        if self.traces is None and self.export is None:
+            return
+        try:
+            trace = trace_of(request, masked_question, result, events.retrieval, api_key_id)
+        except Exception:
+            log.exception("query trace not built")
+            return
+        if self.export is not None:
+            try:
+                self.export.submit(query_trace(
+                    trace, answer=mask_pii(result.answer) if result.answer else None, ended_at=datetime.now(UTC),
+                    cost_usd=generation_cost(result.generator, result.llm_tokens, self.prices),
+                    request_id=request_id(),
+                    conversation_id=mask_pii(result.conversation_id) if result.conversation_id else None))
+            except Exception:  # nor does tracing
+                log.exception("query trace not exported")
         if self.traces is not None:
             try:
-                trace = trace_of(request, masked_question, result, events.retrieval, api_key_id)
                 await asyncio.wait_for(self.traces.record_trace(trace), self.budget_s)
             except Exception:  # nor does a trace that could not be stored
                 log.exception("query trace not stored")
+
+    async def regraded(self, query_id: uuid.UUID, report: EvaluationReport) -> None:
+        """The late LLM grades of an answer (masked): they replace the delivered grades in the stored
+        trace, and in Langfuse (the scores' ids are the same, so they overwrite)."""
+        if self.export is not None:
+            try:
+                scores = evaluation_scores(query_id.hex, report)
+                self.export.submit(TraceRecord(trace_id=query_id.hex, name="query", root=None, scores=scores))
+            except Exception:
+                log.exception("late grades of %s not exported", query_id)
+        if self.traces is not None:
+            try:
+                await asyncio.wait_for(self.traces.record_evaluation(query_id, report), self.budget_s)
+            except Exception:
+                log.exception("late grades of %s not stored in the trace", query_id)

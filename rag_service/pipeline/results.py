@@ -65,6 +65,7 @@ def retrieval_summary(parts: list[str], retrievals: Sequence[RetrievalResult]) -
         reranked=any(r.rerank is not None and r.rerank.applied for r in retrievals),
         rerank_error=next((r.rerank.error for r in retrievals if r.rerank and r.rerank.error), None),
         strategies=sorted({s.strategy for r in retrievals for i in r.iterations for s in i.strategies}),
+        loop=[list(r.iterations) for r in retrievals],
     )
 
 

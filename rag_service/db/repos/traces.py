@@ -10,7 +10,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from rag_service.db.engine import Database
 from rag_service.db.values import strip_nul
-from rag_service.domain import QueryTrace
+from rag_service.domain import EvaluationReport, QueryTrace
 from rag_service.errors import NotFoundError
 
 
@@ -25,6 +25,14 @@ class TraceRepository:
                 ":key, :trace) ON CONFLICT (query_id) DO NOTHING").bindparams(bindparam("trace", type_=JSONB)),
                 {"id": trace.query_id, "collection": trace.collection, "key": trace.api_key_id,
                  "trace": strip_nul({**json.loads(trace.model_dump_json()), "principals": trace.principals})})
+
+    async def record_evaluation(self, query_id: uuid.UUID, report: EvaluationReport) -> None:
+        """The late LLM grades replace the delivered ones (a no-op when the trace is gone or not yet written)."""
+        async with self._db.begin() as conn:
+            await conn.execute(text(
+                "UPDATE query_traces SET trace = jsonb_set(trace, '{evaluation}', :report) WHERE query_id = :id"
+            ).bindparams(bindparam("report", type_=JSONB)),
+                {"id": query_id, "report": strip_nul(json.loads(report.model_dump_json()))})
 
     async def get(self, query_id: uuid.UUID) -> QueryTrace:
         async with self._db.connect() as conn:
