@@ -17,6 +17,7 @@ from rag_service.db.engine import Database
 from rag_service.db.repos.keys import ApiKeyRepository
 from tests.dbrun import run_on
 from tests.fake_openai import fake_openai
+from tests.langfuse_fake import SECRET_KEY, fake_langfuse
 from tests.test_api_query import _ingest
 
 WRONG = json.dumps({"reasoning_steps": ["[1] states the new limit"], "confidence": 0.9, "citations": [1],
@@ -145,7 +146,9 @@ def _judge(value: float) -> str:
 def test_the_llm_judge_grades_after_delivery_and_can_queue_the_answer(databases, llm_server) -> None:
     url = databases.create()
     llm_server.reset()
-    with _app(url, llm_server.url, eval_llm_judge=True) as client:
+    with fake_langfuse(public_key="pk-lf-late-grades") as langfuse, _app(
+            url, llm_server.url, eval_llm_judge=True, langfuse_public_key=langfuse.public_key,
+            langfuse_secret_key=SECRET_KEY, langfuse_host=langfuse.url) as client:
         _ingest(client, "kb")
         llm_server.on("You grade one answer", _judge(0.1))
         llm_server.queue(RIGHT)
@@ -175,6 +178,18 @@ def test_the_llm_judge_grades_after_delivery_and_can_queue_the_answer(databases,
         assert combined.overall < 0.8 and items and items[0].trigger == "evaluator"
         view = client.get(f"/v1/answers/{result['query_id']}").json()
         assert view["status"] == "answered"
+        # The late grades replace the delivered ones in the stored trace and, by score id, in Langfuse.
+        deadline = time.monotonic() + 30
+        while not (trace := client.get(f"/v1/queries/{result['query_id']}/trace").json())[
+                "evaluation"]["metrics"]["faithfulness"]["scorer"].startswith("llm-judge:"):
+            assert time.monotonic() < deadline, trace["evaluation"]
+            time.sleep(0.2)
+        assert trace["evaluation"]["overall"] == pytest.approx(combined.overall)
+        assert client.app.state.runtime.tracer.flush(30)
+        trace_id = result["query_id"].replace("-", "")
+        scores = {s["name"]: s for s in langfuse.scores.values() if s["traceId"] == trace_id}
+        assert scores["faithfulness"]["value"] == 0.1 and scores["faithfulness"]["comment"].startswith("llm-judge:")
+        assert scores["traceability"]["comment"].startswith("local-v1:")
 
 
 def test_an_invalid_judge_reply_keeps_the_local_grades_with_the_reason(databases, llm_server) -> None:
