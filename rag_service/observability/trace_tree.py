@@ -118,7 +118,8 @@ def query_trace(trace: QueryTrace, *, answer: str | None, ended_at: datetime, co
     events under their retrieve step; the generate step as a generation with its model, tokens, cost and
     prompt version. ``trace`` and ``answer`` come PII-masked (as stored)."""
     trace_id = trace.query_id.hex
-    total_ms = max((_end_ms(s.started_ms, s.elapsed_ms) for s in trace.steps), default=0.0)
+    begins = _offsets(trace)
+    total_ms = max((begin + step.elapsed_ms for begin, step in zip(begins, trace.steps, strict=True)), default=0.0)
     started_at = ended_at - timedelta(milliseconds=total_ms)
     at = _clock(started_at)
     route = trace.route or {}
@@ -129,11 +130,8 @@ def query_trace(trace: QueryTrace, *, answer: str | None, ended_at: datetime, co
         metadata={"query_id": str(trace.query_id), "outcome": trace.outcome, "guideline": route.get("guideline"),
                   "errors": trace.errors, **({"request_id": request_id} if request_id else {})},
         level="ERROR" if trace.outcome == "error" else "DEFAULT")
-    offset = 0.0
     loops = list(trace.retrieval.loop if trace.retrieval else [])
-    for step in trace.steps:
-        begin = step.started_ms if step.started_ms is not None else offset
-        offset = begin + step.elapsed_ms
+    for begin, step in zip(begins, trace.steps, strict=True):
         node = Observation(
             name=step.id, kind=_STEP_KINDS.get(step.kind, "span"), start=at(begin), end=at(begin + step.elapsed_ms),
             metadata={"status": step.status, "attempts": step.attempts},
@@ -182,8 +180,15 @@ def job_trace(job_id: uuid.UUID, *, kind: str, started_at: datetime, ended_at: d
                                for name, value in (scores or {}).items() if math.isfinite(value)])
 
 
-def _end_ms(started_ms: float | None, elapsed_ms: float) -> float:
-    return (started_ms or 0.0) + elapsed_ms
+def _offsets(trace: QueryTrace) -> list[float]:
+    """Each step's start in ms after the query's: as recorded, else (a trace stored before offsets
+    were) right after the step before it."""
+    found, offset = [], 0.0
+    for step in trace.steps:
+        begin = step.started_ms if step.started_ms is not None else offset
+        found.append(begin)
+        offset = begin + step.elapsed_ms
+    return found
 
 
 def _clock(started_at: datetime):  # noqa: ANN202 - a small closure
