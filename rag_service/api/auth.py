@@ -25,7 +25,9 @@ Who a request runs as:
   (``GRANTS``: ingesters and reviewers also read, admins do everything).
 
 A key's scope is checked by the routes that take a collection or principals: ``scoped`` (query
-and search requests), ``check_collection``, ``check_readable``. Key lookups are cached for a few
+and search requests), ``check_collection``, ``check_readable``. The MCP endpoint (``api/mcp_http.py``)
+authenticates its requests with ``authenticate`` too, and its tools check their role with
+``check_grant`` and their scope with the same functions. Key lookups are cached for a few
 seconds (db/repos/keys.py), so a key revoked by another process stops working within that time.
 """
 
@@ -105,23 +107,29 @@ async def authenticate(request: Request, role: Role) -> Caller:
     raise UnauthorizedError(f"this request needs an API key with the {role} role: {_create_hint(role)}")
 
 
+def check_grant(caller: Caller, role: Role) -> None:
+    """A 403 naming the roles that would do, unless the caller may act as ``role`` (routes through
+    ``require``; the MCP tools directly)."""
+    if caller.can(role):
+        return
+    others = [r for r in ROLES if role in GRANTS[r] and r != role]
+    needs = f"the {role} role" + (f" (or {' or '.join(others)})" if others else "")
+    raise ForbiddenError(f"this needs a key with {needs}; this key is a {caller.role} key. "
+                         f"Create one with `ragsvc keys create --role {role}`")
+
+
 @functools.cache  # one function per role, so FastAPI runs it once per request however often it is declared
 def require(role: Role) -> Callable[..., Coroutine[Any, Any, Caller]]:
     """A dependency that authenticates the request and checks it may act as ``role``."""
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}; roles: {', '.join(ROLES)}")
-    others = [r for r in ROLES if role in GRANTS[r] and r != role]
-    needs = f"the {role} role" + (f" (or {' or '.join(others)})" if others else "")
 
     async def dependency(
         request: Request,
         _credentials: HTTPAuthorizationCredentials | None = Security(bearer, scopes=[role]),  # noqa: B008
     ) -> Caller:
         caller = await authenticate(request, role)
-        if not caller.can(role):
-            raise ForbiddenError(
-                f"this needs a key with {needs}; this key is a {caller.role} key. "
-                f"Create one with `ragsvc keys create --role {role}`")
+        check_grant(caller, role)
         request.state.caller = caller
         return caller
 

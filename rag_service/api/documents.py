@@ -7,15 +7,17 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.responses import JSONResponse
+from procrastinate import App
 from pydantic import BaseModel, Field
 
 from ingestion.jobs import enqueue, options_to_params
 from ingestion.pipeline import IngestOptions
 from rag_service.api.auth import IngesterDep, ReaderDep, check_collection, check_readable, role
 from rag_service.api.deps import RuntimeDep
-from rag_service.api.uploads import MULTIPART_SCHEMA, DocumentCreate, read_upload_request
-from rag_service.domain import COLLECTION_PATTERN, DocumentSummary, JobView, StoredChunk
+from rag_service.api.uploads import MULTIPART_SCHEMA, DocumentCreate, UploadBatch, read_upload_request
+from rag_service.domain import COLLECTION_PATTERN, Caller, DocumentSummary, JobView, StoredChunk
 from rag_service.errors import ForbiddenError, NotFoundError
+from rag_service.runtime import Runtime
 
 router = APIRouter(prefix="/v1", tags=["documents"])
 
@@ -76,17 +78,21 @@ class DocumentWithChunks(DocumentPublic):
     responses={413: {"description": "A file is over the size limit"}, 422: {"description": "Malformed request"}},
 )
 async def create_documents(request: Request, runtime: RuntimeDep, caller: IngesterDep) -> JSONResponse:
-    limit = runtime.settings.ingest_max_file_bytes
-    batch = await read_upload_request(request, limit)
+    batch = await read_upload_request(request, runtime.settings.ingest_max_file_bytes)
+    accepted = await queue_ingestion(runtime, request.app.state.queue, caller, batch)
+    return JSONResponse(accepted.model_dump(mode="json"), status_code=202, headers={"Location": accepted.status_url})
+
+
+async def queue_ingestion(runtime: Runtime, queue: App, caller: Caller, batch: UploadBatch) -> JobAccepted:
+    """Store an ingestion job with its uploads and queue it, once the caller's key may write the
+    collection (POST /v1/documents; the MCP tool ``ingest_text``)."""
     check_collection(caller, batch.collection)
     options = IngestOptions(collection=batch.collection, tags=tuple(batch.tags), lob=batch.lob,
-                            acl=tuple(batch.acl), max_file_bytes=limit,
+                            acl=tuple(batch.acl), max_file_bytes=runtime.settings.ingest_max_file_bytes,
                             batch_documents=runtime.settings.ingest_batch_documents)
     job_id = await runtime.jobs.create(batch.collection, options_to_params(options), batch.uploads)
-    await enqueue(request.app.state.queue, job_id, runtime.jobs)
-    url = f"/v1/jobs/{job_id}"
-    body = JobAccepted(job_id=job_id, status="queued", status_url=url)
-    return JSONResponse(body.model_dump(mode="json"), status_code=202, headers={"Location": url})
+    await enqueue(queue, job_id, runtime.jobs)
+    return JobAccepted(job_id=job_id, status="queued", status_url=f"/v1/jobs/{job_id}")
 
 
 @router.get("/jobs/{job_id}", response_model=JobPublic, summary="Status, progress and outcome of a job",
@@ -116,13 +122,20 @@ async def list_documents(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> DocumentsPublic:
-    if collection is not None:
-        check_collection(caller, collection)
-    elif caller.collections is not None:  # a key limited to collections lists one at a time
+    if collection is None and caller.collections is not None:  # a key limited to collections lists one at a time
         if len(caller.collections) > 1:
             raise ForbiddenError(f"this key may only use the collections {', '.join(caller.collections)}; "
                                  "name one with ?collection=")
         collection = caller.collections[0]
+    return await readable_documents(runtime, caller, collection, limit=limit, offset=offset)
+
+
+async def readable_documents(runtime: Runtime, caller: Caller, collection: str | None, *, limit: int,
+                             offset: int) -> DocumentsPublic:
+    """A page of the documents the caller may read, in one collection or (None) in all (GET
+    /v1/documents; the MCP resource of a collection's documents)."""
+    if collection is not None:
+        check_collection(caller, collection)
     documents, total = await runtime.catalog.list(collection, limit=limit, offset=offset,
                                                   principals=caller.principals)
     return DocumentsPublic(data=[DocumentPublic.model_validate(d, from_attributes=True) for d in documents],
@@ -132,6 +145,12 @@ async def list_documents(
 @router.get("/documents/{document_id}", response_model=DocumentWithChunks, summary="A document and its chunks",
             responses={404: {"description": "No such document"}}, **role("reader"))
 async def get_document(document_id: uuid.UUID, runtime: RuntimeDep, caller: ReaderDep) -> DocumentWithChunks:
+    return await readable_document(runtime, caller, document_id)
+
+
+async def readable_document(runtime: Runtime, caller: Caller, document_id: uuid.UUID) -> DocumentWithChunks:
+    """A document and its chunks, as the caller's key may see it (GET /v1/documents/{id}; the MCP
+    document resource)."""
     found = await runtime.catalog.get(document_id)
     if found is None:
         raise NotFoundError(f"no document {document_id}")

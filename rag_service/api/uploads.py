@@ -102,7 +102,11 @@ def _read_json(body: bytes, limit: int) -> UploadBatch:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()[:10])
         raise InvalidInputError(f"invalid document JSON: {problems}") from None
-    documents = parsed if isinstance(parsed, list) else [parsed]
+    return batch_of(parsed if isinstance(parsed, list) else [parsed], limit)
+
+
+def batch_of(documents: list[DocumentCreate], limit: int) -> UploadBatch:
+    """Documents given as text (a JSON body, the MCP tool ``ingest_text``) as one job's batch."""
     if not documents:
         raise InvalidInputError("send at least one document")
     first = documents[0]

@@ -7,6 +7,7 @@ from rag_service.domain.auth import GRANTS, ROLES, ApiKeyView, Caller, Role
 from rag_service.domain.documents import (
     COLLECTION_PATTERN,
     ChunkRecord,
+    CollectionSummary,
     DocumentRecord,
     DocumentState,
     DocumentSummary,
@@ -101,7 +102,8 @@ __all__ = [
     "GateMode", "GateVerdict", "MetricValue", "ReviewCategory", "ReviewStatus", "ReviewTier", "ReviewTrigger",
     "ReviewTriggerSource", "Role",
     "COLLECTION_PATTERN", "MAX_QUERY_CHARS", "MAX_QUESTION_CHARS", "MAX_TOP_K", "METRICS", "AnswerLogEntry",
-    "Candidate", "ChunkRecord", "Citation", "Claim", "Clarification", "Complexity", "Condition", "DocumentRecord",
+    "Candidate", "ChunkRecord", "Citation", "Claim", "Clarification", "CollectionSummary", "Complexity", "Condition",
+    "DocumentRecord",
     "DocumentState", "DocumentSummary", "Entities", "Evaluation", "GeneratedAnswer", "Guideline", "GuidelineSet",
     "Intent", "Iteration", "JobStatus", "JobView", "JsonScalar", "MetadataRange", "MetricName", "MetricScore",
     "QueryLogEntry", "QueryRequest", "QueryResult", "QueryType", "RerankReport", "ResolvedRoute", "RetrievalRequest",

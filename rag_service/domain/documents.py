@@ -187,6 +187,15 @@ class StoredChunk(BaseModel):
     embedded: bool = Field(description="False for parent chunks, which are not searched themselves.")
 
 
+class CollectionSummary(BaseModel):
+    """A collection as listings show it to a caller."""
+
+    name: str
+    description: str | None
+    documents: int = Field(description="Documents in it the caller may read.")
+    created_at: datetime
+
+
 class StoreCounts(BaseModel):
     collections: int
     documents: int

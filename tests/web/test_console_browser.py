@@ -4,24 +4,16 @@ driven by Playwright against a uvicorn server on a real database."""
 from __future__ import annotations
 
 import re
-import socket
-import threading
-import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import numpy as np
 import psycopg
 import pytest
-import uvicorn
 from psycopg.types.json import Jsonb
 
-from rag_service.api import create_app
-from rag_service.config import Settings
+from tests.apps import served
 from tests.browser import ARTIFACTS_ROOT, launch, needs_chromium, new_page
 from tests.conftest import DatabaseFactory
 from tests.dbrun import run_on
@@ -29,33 +21,6 @@ from tests.web.conftest import PASSAGE, PROMPT, QUESTION, QUOTE, console_setting
 from tests.web.test_console import CORRECTED_PROMPT
 
 ARTIFACTS = ARTIFACTS_ROOT / "console"
-
-
-@contextmanager
-def serving(settings: Settings) -> Iterator[str]:
-    """The app under uvicorn in a thread, on a socket bound here (no race for a free port)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="console-server", daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert thread.is_alive(), "the server exited while starting"
-            assert time.monotonic() < deadline, "the server did not answer /healthz within 60 s"
-            time.sleep(0.05)
-        yield base
-    finally:
-        server.should_exit = True
-        thread.join(timeout=60)
-        sock.close()
 
 
 def simulate_traffic(url: str, experiment_id: uuid.UUID, control: int, candidate: int, per_variant: int = 150) -> None:
@@ -95,7 +60,7 @@ def test_review_to_promotion_in_a_browser(databases: DatabaseFactory, console_da
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     problems: list[str] = []
 
-    with serving(console_settings(url, console_data_dir)) as base, sync_api.sync_playwright() as playwright:
+    with served(console_settings(url, console_data_dir)) as base, sync_api.sync_playwright() as playwright:
         browser = launch(playwright)
         try:
             page = new_page(browser)

@@ -14,7 +14,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 
 from rag_service.db.engine import Database
 from rag_service.db.models import Chunk, Collection, Document
-from rag_service.domain import DocumentState, DocumentSummary, StoreCounts, StoredChunk
+from rag_service.domain import CollectionSummary, DocumentState, DocumentSummary, StoreCounts, StoredChunk
 
 # A collection that exists is remembered this long: collections are created far more rarely than
 # they are searched, and every query checks one.
@@ -36,6 +36,22 @@ class DocumentCatalog:
         if found:
             self._known_collections[name] = now + KNOWN_COLLECTION_TTL_S
         return found
+
+    async def collections(self, principals: Sequence[str] | None = None) -> list[CollectionSummary]:
+        """Every collection by name, with how many of its documents ``principals`` may read (all
+        of them with None), counted as ``list`` would."""
+        documents = func.count(Document.id)
+        if principals is not None:
+            documents = documents.filter(Document.acl.overlap(cast(["*", *principals], ARRAY(Text))))
+        stmt = (
+            select(Collection.name, Collection.description, Collection.created_at, documents.label("documents"))
+            .outerjoin(Document, Document.collection_id == Collection.id)
+            .group_by(Collection.id).order_by(Collection.name)
+        )
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [CollectionSummary(name=r.name, description=r.description, documents=r.documents,
+                                  created_at=r.created_at) for r in rows]
 
     async def searchable_chunks(self, collection: str | None) -> int:
         """Searchable (embedded) chunks in a collection, or in all: one row read, kept by triggers."""

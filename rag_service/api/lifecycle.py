@@ -1,0 +1,77 @@
+"""What a serving process runs besides its transport, for as long as it serves: the Runtime, the job
+queue it defers to, and the background work (model warm-up, trace cleanup, the experiments'
+guardrail, and the in-process worker where Settings ask for one). The HTTP app's lifespan and
+``ragsvc mcp`` (stdio) both serve through ``serving``, so the two behave alike."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from procrastinate import App
+
+from ingestion.jobs import make_queue, run_worker
+from rag_service.config import Settings
+from rag_service.runtime import Runtime
+
+log = logging.getLogger(__name__)
+TRACE_CLEANUP_EVERY_S = 3600
+
+
+@dataclass(frozen=True)
+class Services:
+    runtime: Runtime
+    queue: App  # open: ingestion jobs and eval runs are deferred through it
+
+
+async def _guard_experiments(runtime: Runtime, every_s: float) -> None:
+    """Apply the experiments' guardrail periodically, so a worse candidate is stopped even when
+    nobody reads its report."""
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            await runtime.prompts.check_running()
+        except Exception:  # the check must keep running for the life of the process
+            log.exception("experiment guardrail check failed")
+
+
+async def _clean_traces(runtime: Runtime, every_s: float) -> None:
+    """Delete stored query traces past their retention, at start and then every ``every_s``."""
+    while True:
+        try:
+            deleted = await runtime.traces.delete_older_than(runtime.settings.trace_retention_days)
+            if deleted:
+                log.info("deleted %d query traces older than %s days", deleted, runtime.settings.trace_retention_days)
+        except Exception:  # the cleanup must keep running for the life of the process
+            log.exception("query trace cleanup failed")
+        await asyncio.sleep(every_s)
+
+
+@asynccontextmanager
+async def serving(settings: Settings) -> AsyncIterator[Services]:
+    runtime = await asyncio.to_thread(Runtime.open, settings)
+    # The model loads in the background: /healthz answers at once, /readyz says "loading".
+    background = [asyncio.create_task(runtime.warm_up_embedder())]
+    queue = make_queue(runtime.db.url)
+    await queue.open_async()
+    background.append(asyncio.create_task(_clean_traces(runtime, TRACE_CLEANUP_EVERY_S)))
+    if settings.experiment_check_s > 0:
+        background.append(asyncio.create_task(_guard_experiments(runtime, settings.experiment_check_s)))
+    if settings.runs_serve_worker:
+        # One command is enough on the embedded defaults: jobs run inside the server.
+        background.append(asyncio.create_task(run_worker(
+            runtime.db.url, runtime.job_deps(), also=runtime.other_jobs(), heartbeat_s=settings.worker_heartbeat_s,
+            stalled_after_s=settings.job_stalled_after_s, install_signal_handlers=False)))
+    try:
+        yield Services(runtime, queue)
+    finally:
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        await queue.close_async()
+        if "pipeline" in runtime.__dict__:  # late LLM gradings get a moment to store their grades
+            await runtime.pipeline.drain(timeout_s=10)
+        await runtime.close()
