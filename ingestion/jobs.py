@@ -168,8 +168,8 @@ async def trace_job(tracer: TraceExporter, jobs: JobRepository, job_id: uuid.UUI
     """The finished (or failed) job as a Langfuse trace; never raises (the job's outcome is stored)."""
     try:
         job = await jobs.get(job_id)
-        if job.started_at is None:
-            return
+        if job.started_at is None or job.status not in ("succeeded", "failed"):
+            return  # interrupted (shutdown, a lost worker): traced when a later attempt ends it
         report = job.report or {}
         tracer.submit(job_trace(
             job.id, kind="ingestion", started_at=job.started_at, ended_at=job.finished_at or datetime.now(UTC),

@@ -43,7 +43,7 @@ from rag_service.errors import RagServiceError, SchemaMismatchError
 from rag_service.learning.optimizer import PROMPT_NAME as OPTIMIZER_PROMPT
 from rag_service.learning.optimizer import rewriter
 from rag_service.learning.service import LearningReviews, PromptService
-from rag_service.observability.logs import Redactor, redact_deep
+from rag_service.observability.logs import Redactor
 from rag_service.observability.metrics import ServiceMetrics
 from rag_service.observability.tracing import LangfuseTracer
 from rag_service.pipeline.collaborators import (
@@ -203,8 +203,11 @@ class Runtime:
     @cached_property
     def tracer(self) -> LangfuseTracer | None:
         """Langfuse tracing when its keys are set, else None (and nothing is sent)."""
-        redact = Redactor(self.settings.secret_values(), mask_personal=mask_pii)
-        return LangfuseTracer.from_settings(self.settings, mask=lambda *, data, **_: redact_deep(redact, data),
+        # Secrets only: what comes from users (question, answer, route, errors) is PII-masked before it is
+        # queued, and masking identifiers too would corrupt some (a UUID can look like a phone number).
+        secrets = self.settings.secret_values()
+        return LangfuseTracer.from_settings(self.settings, redact=Redactor(secrets),
+                                            redact_message=Redactor(secrets, mask_personal=mask_pii),
                                             on_drop=self.metrics.langfuse_dropped.inc)
 
     @cached_property

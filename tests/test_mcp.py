@@ -206,6 +206,10 @@ async def test_http_needs_a_key_and_each_tool_its_role(base: str, keys: dict[str
         assert _json(await client.call_tool("list_collections", {}))["data"] == []
         outside = _error(await client.call_tool("search", {"query": "tides", "collection": "kb"}))
         assert "may only use the collections other" in outside
+        # Outside its scope, a collection that exists and one that does not look the same.
+        for name in ("kb", "no-such-collection"):
+            with pytest.raises(MCPError, match="may only use the collections other"):
+                await client.read_resource(f"ragsvc://collections/{name}/documents")
 
 
 async def test_over_stdio(base: str, migrated_url: str, data_dir: Path, tmp_path: Path) -> None:

@@ -234,3 +234,55 @@ def test_an_eval_run_is_one_trace_with_its_metric_means_as_scores() -> None:
     assert json_attribute(span, "langfuse.observation.metadata.request_id") == "req-1"
     # The summary's means are the scores; a NaN one is not sent.
     assert {(s["name"], s["value"]) for s in fake.scores.values()} == {("ndcg@10", 0.5)}
+
+
+def test_status_messages_and_trace_metadata_are_redacted_before_they_leave() -> None:
+    from rag_service.observability.logs import Redactor
+    from rag_service.pipeline.guardrails import mask_pii
+
+    now = datetime.now(UTC)
+    record = TraceRecord(
+        trace_id=uuid.uuid4().hex, name="ingestion", metadata={"why": "token sk-secret-123456"},
+        root=Observation(name="ingestion", start=now - timedelta(seconds=1), end=now, level="ERROR",
+                         status_message="jane@example.com: refused with key sk-secret-123456",
+                         metadata={"chunk": "2024-01-15-notes.md", "id": "12345678-1234-5678-1234-567812345678"}))
+    with fake_langfuse(public_key=unique_key()) as fake:
+        tracer = LangfuseTracer.from_settings(
+            _settings(fake), redact=Redactor(["sk-secret-123456"]),
+            redact_message=Redactor(["sk-secret-123456"], mask_personal=mask_pii))
+        try:
+            assert tracer.submit(record) and tracer.flush(30)
+        finally:
+            tracer.close()
+    (span,) = fake.spans
+    sent = repr(span)
+    assert "sk-secret-123456" not in sent and "jane@example.com" not in sent
+    assert span["attributes"]["langfuse.observation.status_message"] == "[EMAIL]: refused with key [REDACTED]"
+    # Identifiers are not run through the personal-data masker (a UUID or a dated file name can look
+    # like a phone number to it): they arrive as they are.
+    assert json_attribute(span, "langfuse.observation.metadata.chunk") == "2024-01-15-notes.md"
+    assert json_attribute(span, "langfuse.observation.metadata.id") == "12345678-1234-5678-1234-567812345678"
+
+
+def test_an_sdk_that_cannot_be_set_up_turns_tracing_off_instead_of_failing(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import rag_service.observability.tracing as tracing
+
+    def broken(*args: object) -> None:
+        raise ValueError("Sample rate must be between 0.0 and 1.0")
+
+    monkeypatch.setattr(tracing, "_client", broken)
+    with fake_langfuse(public_key=unique_key()) as fake, caplog.at_level(logging.ERROR):
+        assert LangfuseTracer.from_settings(_settings(fake)) is None
+    assert "Langfuse tracing is off" in caplog.text and "Sample rate" in caplog.text
+
+
+def test_closing_with_langfuse_hanging_stays_within_its_time_limit() -> None:
+    with fake_langfuse(public_key=unique_key()) as fake:
+        fake.delay_s = 20.0  # longer than the SDK's own request timeout
+        tracer = LangfuseTracer.from_settings(_settings(fake, langfuse_queue_size=10))
+        for n in range(3):
+            tracer.submit(_record(n))
+        started = time.perf_counter()
+        tracer.close(timeout_s=1.0)
+        assert time.perf_counter() - started < 2.0

@@ -21,7 +21,7 @@ from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field, JsonValue
 
 from rag_service import __version__
-from rag_service.api.auth import scoped
+from rag_service.api.auth import check_collection, scoped
 from rag_service.api.documents import (
     DocumentsPublic,
     DocumentWithChunks,
@@ -226,6 +226,7 @@ async def collection_documents(name: str, limit: str = "50", offset: str = "0") 
     page = _Page(limit=limit, offset=offset)  # type: ignore[arg-type]
     call = current()
     caller = call.require("reader")
+    check_collection(caller, name)  # first: a scoped key learns nothing of collections outside its scope
     if not await call.runtime.catalog.collection_exists(name):
         raise NotFoundError(f"collection {name!r} does not exist; see ragsvc://collections")
     return await readable_documents(call.runtime, caller, name, limit=page.limit, offset=page.offset)

@@ -19,7 +19,6 @@ import uuid
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any
 
 REQUEST_ID_HEADER = "X-Request-ID"
 _request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
@@ -56,17 +55,6 @@ class Redactor:
         for pattern, replacement in _PATTERNS:
             text = pattern.sub(replacement, text)
         return self._mask_personal(text) if self._mask_personal is not None else text
-
-
-def redact_deep(redact: Callable[[str], str], value: Any) -> Any:
-    """``redact`` applied to every string inside dicts and lists (what goes to Langfuse)."""
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {k: redact_deep(redact, v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact_deep(redact, v) for v in value]
-    return value
 
 
 class RequestIdFilter(logging.Filter):

@@ -129,7 +129,7 @@ def query_trace(trace: QueryTrace, *, answer: str | None, ended_at: datetime, co
         output={"answer": answer, "outcome": trace.outcome},
         metadata={"query_id": str(trace.query_id), "outcome": trace.outcome, "guideline": route.get("guideline"),
                   "errors": trace.errors, **({"request_id": request_id} if request_id else {})},
-        level="ERROR" if trace.outcome == "error" else "DEFAULT")
+        level="WARNING" if trace.errors else "DEFAULT")  # a step failed or fell back, and the query went on
     loops = list(trace.retrieval.loop if trace.retrieval else [])
     for begin, step in zip(begins, trace.steps, strict=True):
         node = Observation(

@@ -43,14 +43,19 @@ from rag_service.observability.trace_tree import Observation, TraceRecord
 log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "https://cloud.langfuse.com"
-BATCH = 100  # traces sent per export request at most
-Mask = Callable[..., Any]  # the SDK calls it as mask(data=...)
+# Traces turned into spans before each export. A query is 12-25 spans; the SDK's span buffer holds 2,048
+# and silently drops the oldest beyond that, so a batch must stay well below it.
+BATCH = 20
+TIMEOUT_S = 5  # each request to Langfuse
 
 
 class LangfuseTracer:
     def __init__(self, client: Any, *, queue_size: int = 1000, on_drop: Callable[[], None] | None = None,
-                 environment: str | None = None) -> None:
+                 environment: str | None = None, redact: Callable[[str], str] | None = None,
+                 redact_message: Callable[[str], str] | None = None) -> None:
         self._client = client
+        self._redact = redact or (lambda text: text)
+        self._redact_message = redact_message or self._redact
         self._environment = environment
         self._on_drop = on_drop
         self._queue: queue.Queue[TraceRecord | None] = queue.Queue(maxsize=queue_size)
@@ -63,8 +68,13 @@ class LangfuseTracer:
         self._thread.start()
 
     @classmethod
-    def from_settings(cls, settings: Any, *, mask: Mask | None = None,
+    def from_settings(cls, settings: Any, *, redact: Callable[[str], str] | None = None,
+                      redact_message: Callable[[str], str] | None = None,
                       on_drop: Callable[[], None] | None = None) -> LangfuseTracer | None:
+        """None without both keys, or when the SDK cannot be set up (logged): tracing never stops
+        the service. ``redact`` runs over every string sent (secrets, keys, passwords); what comes from
+        users arrives PII-masked already. ``redact_message`` (default ``redact``) runs over status
+        messages, which are error texts: the log redactor, personal data included."""
         public_key = _secret(settings.langfuse_public_key)
         secret_key = _secret(settings.langfuse_secret_key)
         if not public_key or not secret_key:
@@ -72,18 +82,16 @@ class LangfuseTracer:
                 log.warning("Langfuse tracing is off: it needs both RAGSVC_LANGFUSE_PUBLIC_KEY and "
                             "RAGSVC_LANGFUSE_SECRET_KEY, and only one is set")
             return None
-        from langfuse import Langfuse  # imported only when tracing is on: it starts OpenTelemetry machinery
-
-        from rag_service import __version__
-
         host = (settings.langfuse_host or "").strip().rstrip("/") or DEFAULT_HOST
-        # A provider of our own: the SDK would otherwise install its provider as OpenTelemetry's global.
-        provider = TracerProvider(resource=Resource.create({"service.name": "rag-service",
-                                                            "service.version": __version__}))
-        client = Langfuse(public_key=public_key, secret_key=secret_key, base_url=host, mask=mask,
-                          environment=settings.environment, release=__version__, tracer_provider=provider)
+        try:
+            client = _client(public_key, secret_key, host, settings.environment, redact)
+        except Exception as exc:  # e.g. a LANGFUSE_* variable the SDK reads itself and cannot parse
+            log.error("Langfuse tracing is off: the SDK could not be set up (%s: %s)", type(exc).__name__,
+                      (redact or str)(str(exc))[:300])
+            return None
         log.info("Langfuse tracing on: traces go to %s", host)
-        return cls(client, queue_size=settings.langfuse_queue_size, on_drop=on_drop, environment=settings.environment)
+        return cls(client, queue_size=settings.langfuse_queue_size, on_drop=on_drop, environment=settings.environment,
+                   redact=redact, redact_message=redact_message)
 
     # --- the query's side: never blocks ------------------------------------------------------
     def submit(self, record: TraceRecord) -> bool:
@@ -143,7 +151,7 @@ class LangfuseTracer:
                                                   span_id=random.getrandbits(64) or 1, is_remote=True,
                                                   trace_flags=TraceFlags(TraceFlags.SAMPLED)))
             self._emit(record.root, otel.set_span_in_context(parent),
-                              trace_attributes=_trace_attributes(record))
+                       trace_attributes=_trace_attributes(record, self._redact))
         for score in record.scores:  # on the trace, not an observation: a late grade replaces it by id
             self._client.create_score(name=score.name, value=score.value, trace_id=record.trace_id,
                                       score_id=score.id, data_type="NUMERIC", comment=score.comment)
@@ -169,8 +177,10 @@ class LangfuseTracer:
             for key, value in trace_attributes.items():
                 span.set_attribute(key, value)
         fields: dict[str, Any] = {"input": node.input, "output": node.output, "metadata": node.metadata or None,
-                                  "level": node.level, "status_message": node.status_message,
-                                  "environment": self._environment}
+                                  "level": node.level, "environment": self._environment,
+                                  # the SDK's mask hook does not cover the status message
+                                  "status_message": self._redact_message(node.status_message)
+                                  if node.status_message else None}
         if node.kind == "generation":
             fields.update(model=node.model, usage_details=node.usage, cost_details=node.cost)
         observation = kinds[node.kind](otel_span=span, langfuse_client=self._client, **fields)
@@ -196,17 +206,47 @@ class LangfuseTracer:
         return True
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Send what is queued (within ``timeout_s``), then stop the thread and the SDK."""
+        """Send what is queued, stop the thread and the SDK: all within about ``timeout_s`` (what is
+        still unsent then is lost, as in an outage)."""
+        deadline = time.monotonic() + timeout_s
         self.flush(timeout_s)
         with contextlib.suppress(queue.Full):  # a full queue: the thread is a daemon and dies with the process
             self._queue.put_nowait(None)
-        self._thread.join(timeout_s)
-        self._client.shutdown()
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        # The SDK's shutdown flushes without a time limit (its score queue retries with backoff): in a
+        # daemon thread of its own, waited for only until the deadline.
+        stopper = threading.Thread(target=self._client.shutdown, name="langfuse-shutdown", daemon=True)
+        stopper.start()
+        stopper.join(max(0.1, deadline - time.monotonic()))
 
 
-def _trace_attributes(record: TraceRecord) -> dict[str, Any]:
+def _client(public_key: str, secret_key: str, host: str, environment: str, redact: Callable[[str], str] | None) -> Any:
+    from langfuse import Langfuse  # imported only when tracing is on: it starts OpenTelemetry machinery
+
+    from rag_service import __version__
+
+    # A provider of our own: the SDK would otherwise install its provider as OpenTelemetry's global.
+    provider = TracerProvider(resource=Resource.create({"service.name": "rag-service", "service.version": __version__}))
+    mask = (lambda *, data, **_: _redact_deep(redact, data)) if redact is not None else None
+    # Everything the SDK would otherwise take from LANGFUSE_* variables is given, so Settings decide.
+    return Langfuse(public_key=public_key, secret_key=secret_key, base_url=host, timeout=TIMEOUT_S, mask=mask,
+                    environment=environment, release=__version__, tracer_provider=provider, sample_rate=1.0,
+                    tracing_enabled=True, flush_at=512, flush_interval=5.0)
+
+
+def _redact_deep(redact: Callable[[str], str], value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _redact_deep(redact, v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redact_deep(redact, v) for v in value]
+    return value
+
+
+def _trace_attributes(record: TraceRecord, redact: Callable[[str], str]) -> dict[str, Any]:
     """Trace-level attributes as the SDK's ``propagate_attributes`` writes them: metadata one
-    JSON-encoded value per key."""
+    JSON-encoded value per key (redacted here: the SDK's mask hook does not see them)."""
     from langfuse import LangfuseOtelSpanAttributes as A
 
     found: dict[str, Any] = {A.TRACE_NAME: record.name}
@@ -218,8 +258,8 @@ def _trace_attributes(record: TraceRecord) -> dict[str, Any]:
         found[A.TRACE_TAGS] = list(record.tags)
     for key, value in record.metadata.items():
         if value is not None:
-            found[f"{A.TRACE_METADATA}.{key}"] = json.dumps(value, separators=(",", ":"), ensure_ascii=False,
-                                                             default=str)
+            found[f"{A.TRACE_METADATA}.{key}"] = redact(json.dumps(value, separators=(",", ":"), ensure_ascii=False,
+                                                                    default=str))
     return found
 
 

@@ -194,15 +194,15 @@ class QueryPipeline:
             hold(result, graded.verdict.tier)
         if any(r.kind == "persist" and r.status == "failed" for r in run.records):
             result.review_id = None  # nothing was queued: do not hand out an id that leads nowhere
-        if grading.later is not None and graded is not None:
-            prompt = result.prompt or {}
-            self._late.start(grading.later, graded, query_id=result.query_id, collection=request.collection,
-                             question_hash=question_hash(checked.masked), prompt_name=prompt.get("name"),
-                             prompt_version=prompt.get("version"))
         result.steps = run.records
         result.timings_ms = run.timings_ms()
         result.timings_ms["total"] = round((time.perf_counter() - started) * 1000, 2)
         await self._reporting.finished(request, checked.masked, result, events, api_key_id)
+        if grading.later is not None and graded is not None:  # after the trace is stored: the grades update it
+            prompt = result.prompt or {}
+            self._late.start(grading.later, graded, query_id=result.query_id, collection=request.collection,
+                             question_hash=question_hash(checked.masked), prompt_name=prompt.get("name"),
+                             prompt_version=prompt.get("version"))
         return result
 
     async def _choose_prompt(self, name: str, unit: str) -> PromptChoice | None:

@@ -168,7 +168,8 @@ def trace_of(request: QueryRequest, masked_question: str, result: QueryResult, r
     return QueryTrace(
         query_id=result.query_id, collection=request.collection, api_key_id=api_key_id,
         principals=list(request.principals), question=masked_question, outcome=result.outcome,
-        route=mask_pii_deep(result.route.model_dump(mode="json")), steps=result.steps, timings_ms=result.timings_ms,
+        route=mask_pii_deep(result.route.model_dump(mode="json")), timings_ms=result.timings_ms,
+        steps=[s.model_copy(update={"detail": mask_pii(s.detail)}) if s.detail else s for s in result.steps],
         # The retrieval summary's parts are the question's parts, and an experiment unit may be a
         # caller's conversation id: masked like everything else taken from the question.
         retrieval=mask_pii_deep(result.retrieval.model_dump(mode="json")) if result.retrieval else None,
