@@ -76,9 +76,15 @@ class FakeLangfuse:
     runs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # by (dataset id, run name)
     run_items: list[dict[str, Any]] = field(default_factory=list)
     spans: list[dict[str, Any]] = field(default_factory=list)  # OTLP spans, decoded (tests/otlp_decode.py)
+    defer_decoding: bool = False  # keep the OTLP bodies (otlp_bodies) until decode_deferred() is called
+    otlp_bodies: list[tuple[bytes, str | None]] = field(default_factory=list)
     fail: dict[str, int] = field(default_factory=dict)  # "POST /api/public/..." -> status to answer
     delay_s: float = 0.0
     reject_event_types: set[str] = field(default_factory=set)
+
+    def decode_deferred(self) -> None:
+        self.spans.extend(span for raw, encoding in self.otlp_bodies for span in decode_spans(raw, encoding))
+        self.otlp_bodies.clear()
 
     def calls(self, method: str, path: str) -> list[dict[str, Any]]:
         return [r for r in self.requests if r["method"] == method and r["path"] == path]
@@ -288,9 +294,12 @@ def fake_langfuse(public_key: str = PUBLIC_KEY, secret_key: str = SECRET_KEY) ->
             if endpoint in state.fail:
                 return send_json(self, state.fail[endpoint], {"message": "fake failure"})
             if otlp and method == "POST":
-                spans = decode_spans(raw, self.headers.get("Content-Encoding"))
+                encoding = self.headers.get("Content-Encoding")
                 with lock:
-                    state.spans.extend(spans)
+                    if state.defer_decoding:  # a benchmark: decode after the measurement, not during it
+                        state.otlp_bodies.append((raw, encoding))
+                    else:
+                        state.spans.extend(decode_spans(raw, encoding))
                 return send_json(self, 200, {})
             if endpoint == "POST /api/public/scores" and isinstance(body, list):
                 with lock:
