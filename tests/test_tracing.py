@@ -178,7 +178,8 @@ def _record(n: int) -> TraceRecord:
 
 def _settings(fake: FakeLangfuse, **extra: object) -> SimpleNamespace:
     return SimpleNamespace(**{"langfuse_public_key": SecretStr(fake.public_key), "langfuse_secret_key": SecretStr(
-        SECRET_KEY), "langfuse_host": fake.url, "environment": "development", "langfuse_queue_size": 2, **extra})
+        SECRET_KEY), "langfuse_host": fake.url, "environment": "development", "langfuse_queue_size": 2,
+        "langfuse_sample_rate": 1.0, **extra})
 
 
 def test_a_slow_langfuse_never_holds_a_query_back_the_queue_drops_and_counts() -> None:
@@ -291,3 +292,23 @@ def test_closing_with_langfuse_hanging_stays_within_its_time_limit() -> None:
         started = time.perf_counter()
         tracer.close(timeout_s=1.0)
         assert time.perf_counter() - started < 2.0
+
+
+def test_sampling_keeps_a_share_of_queries_decided_by_their_id_and_every_job() -> None:
+    from rag_service.observability.trace_tree import sampled
+
+    ids = [uuid.uuid4().hex for _ in range(4000)]
+    kept = [i for i in ids if sampled(i, 0.25)]
+    assert 0.22 < len(kept) / len(ids) < 0.28  # binomial sd 0.007: this fails on a broken rule, not on luck
+    assert all(sampled(i, 0.25) for i in kept) and all(sampled(i, 1.0) for i in ids)
+    assert not any(sampled(i, 0.0) for i in ids)
+    with fake_langfuse(public_key=unique_key()) as fake:
+        tracer = LangfuseTracer.from_settings(_settings(fake, langfuse_queue_size=100, langfuse_sample_rate=0.0))
+        try:
+            assert tracer.submit(_record(1))  # a query outside the sample: skipped, not dropped
+            job = _record(2)
+            job.name = "ingestion"
+            assert tracer.submit(job) and tracer.flush(30)
+        finally:
+            tracer.close()
+    assert [s["name"] for s in fake.spans] == ["query 2"] and tracer.dropped == 0

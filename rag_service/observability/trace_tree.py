@@ -87,6 +87,14 @@ class TraceExporter(Protocol):
         ...
 
 
+def sampled(trace_id: str, rate: float) -> bool:
+    """Whether a trace is kept at sampling ``rate``: decided by its id (uniform for query ids, which are
+    random), so every record of one query (the trace, later its late grades) gets the same answer."""
+    if rate >= 1:
+        return True
+    return int(trace_id[-8:], 16) < rate * 0x1_0000_0000
+
+
 def score_id(trace_id: str, name: str) -> str:
     return str(uuid.uuid5(_NAMESPACE, f"{trace_id}\n{name}"))
 

@@ -38,7 +38,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from rag_service.observability.trace_tree import Observation, TraceRecord
+from rag_service.observability.trace_tree import Observation, TraceRecord, sampled
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,9 @@ GATHER_S = 0.5  # how long the sender collects traces before an export
 class LangfuseTracer:
     def __init__(self, client: Any, *, queue_size: int = 1000, on_drop: Callable[[], None] | None = None,
                  environment: str | None = None, redact: Callable[[str], str] | None = None,
-                 redact_message: Callable[[str], str] | None = None) -> None:
+                 redact_message: Callable[[str], str] | None = None, sample_rate: float = 1.0) -> None:
         self._client = client
+        self._sample_rate = sample_rate
         self._redact = redact or (lambda text: text)
         self._redact_message = redact_message or self._redact
         self._environment = environment
@@ -92,11 +93,14 @@ class LangfuseTracer:
             return None
         log.info("Langfuse tracing on: traces go to %s", host)
         return cls(client, queue_size=settings.langfuse_queue_size, on_drop=on_drop, environment=settings.environment,
-                   redact=redact, redact_message=redact_message)
+                   redact=redact, redact_message=redact_message, sample_rate=settings.langfuse_sample_rate)
 
     # --- the query's side: never blocks ------------------------------------------------------
     def submit(self, record: TraceRecord) -> bool:
-        """Queue a trace for sending; False (and counted) when the queue is full."""
+        """Queue a trace for sending; False (and counted) when the queue is full. A query's record outside
+        the sample is skipped (True: nothing was lost)."""
+        if record.name == "query" and not sampled(record.trace_id, self._sample_rate):
+            return True
         with self._idle:
             self._pending += 1
         try:
