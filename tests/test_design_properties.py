@@ -1,0 +1,728 @@
+"""The design's properties (issue 14, part 6) as hypothesis tests, one section per property:
+
+(a) a decomposed question always yields a valid plan (acyclic, every step reachable);
+(b) fused results have no duplicates and keep every strategy's best candidate;
+(c) guideline priority order is deterministic, and no match means the fallback route;
+(d) low intent confidence means a clarification or the fallback route;
+(e) scores are in [0, 1];
+(f) low quality means exactly one review item;
+(g) a review claim is exclusive.
+
+(a)-(e) run the real pipeline pieces over fakes of their collaborators (no database); (f) and (g)
+store through the real repositories on this module's PostgreSQL database (tests/conftest.py), one
+database for all examples, fresh ids per example. Every property runs at least 100 examples.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import text
+
+from rag_service.config import load_settings
+from rag_service.db.engine import Database
+from rag_service.db.repos import QueryLog
+from rag_service.db.repos.reviews import ReviewRepository, ReviewScope
+from rag_service.domain import (
+    METRICS,
+    Caller,
+    Candidate,
+    Claim,
+    Condition,
+    Entities,
+    Evaluation,
+    EvaluationReport,
+    EvidenceContext,
+    Guideline,
+    GuidelineSet,
+    Intent,
+    MetricScore,
+    QueryLogEntry,
+    QueryRequest,
+    RetrievalRequest,
+    RetrievalResult,
+    RouteSpec,
+    SearchHit,
+    TimeRangeModel,
+    Turn,
+)
+from rag_service.domain.review import FeedbackRequest, ReviewClaim, ReviewDecisionRequest
+from rag_service.domain.strategies import strategy_names
+from rag_service.errors import ConflictError
+from rag_service.pipeline.config import PipelineConfig
+from rag_service.pipeline.evaluation import AnswerEvaluator, Graded
+from rag_service.pipeline.intent import IntentParser
+from rag_service.pipeline.intent_llm import RULES_UNSURE_BELOW
+from rag_service.pipeline.orchestrator import QueryPipeline
+from rag_service.pipeline.results import merge_contexts
+from rag_service.pipeline.retrieval.adaptive import retrieval_confidence
+from rag_service.pipeline.retrieval.fusion import RankedList, reciprocal_rank_fusion
+from rag_service.pipeline.retrieval.retriever import RetrievalConfig, Retriever
+from rag_service.pipeline.retrieval.strategies import StrategyQuery
+from rag_service.pipeline.router import default_guidelines, route
+from rag_service.review.gate import GatePolicy
+from rag_service.review.service import ReviewService
+from rag_service.scoring.combine import combine
+from rag_service.scoring.evidence import ScoringInput
+from rag_service.scoring.local import score_metrics
+from tests.review.seed import seed_answer
+
+NOW = datetime(2026, 6, 15, tzinfo=UTC)
+PURE = settings(max_examples=200, deadline=None)
+PIPELINE = settings(max_examples=100, deadline=None)
+# One database for every example: the module's (function-scoped autouse fixtures only isolate
+# settings, which every example may share).
+STORED = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+PASSAGES = {
+    "dough": "Knead the dough for ten minutes, then let it rise for about an hour.",
+    "ivfflat": "IVFFlat partitions vectors into lists around k-means centroids.",
+    "incident": "In March 2026 the connection pool was exhausted and clients saw error E-4012.",
+    "refund": "The refund window is 30 days from delivery. Customers in Norway are not eligible for cash refunds.",
+}
+
+
+def passage(key: str, rank: int) -> Candidate:
+    body = PASSAGES[key]
+    hit = SearchHit(chunk_id=uuid.uuid5(uuid.NAMESPACE_URL, key), document_id=uuid.uuid5(uuid.NAMESPACE_DNS, key),
+                    parent_id=None, ordinal=0, source_uri=f"{key}.md", title=key.title(), text=body, start_char=0,
+                    end_char=len(body), score=1.0 / rank, document_date=datetime(2026, 3, 1, tzinfo=UTC))
+    return Candidate(hit=hit, fused_score=1.0 / rank, ranks={"semantic": rank}, scores={"semantic": 0.7 - 0.05 * rank})
+
+
+# --- fakes of the orchestrator's collaborators (the Protocols in pipeline/collaborators.py) -----------------
+
+class PassageRetriever:
+    """Every passage, those whose key the query mentions first; records each request."""
+
+    def __init__(self) -> None:
+        self.requests: list[RetrievalRequest] = []
+
+    async def retrieve(self, request: RetrievalRequest) -> RetrievalResult:
+        self.requests.append(request)
+        words = request.query.lower()
+        keys = sorted(PASSAGES, key=lambda k: k[:5] not in words)
+        return RetrievalResult(candidates=[passage(k, i) for i, k in enumerate(keys, start=1)], iterations=[],
+                               confidence=0.8, elapsed_ms=1.0)
+
+
+class MemoryLog:
+    def __init__(self) -> None:
+        self.entries: list[QueryLogEntry] = []
+
+    async def turns(self, conversation_id: str, collection: str, principals: Sequence[str],
+                    limit: int = 5) -> list[Turn]:
+        return []
+
+    async def record(self, entry: QueryLogEntry) -> None:
+        self.entries.append(entry)
+
+    async def record_grades(self, query_id: uuid.UUID, **grades: object) -> None:
+        return None
+
+
+@dataclass
+class FixedGuidelines:
+    guidelines: GuidelineSet
+
+    async def current(self) -> tuple[int, GuidelineSet]:
+        return 1, self.guidelines
+
+
+class AnyCollection:
+    async def collection_exists(self, name: str) -> bool:
+        return True
+
+
+class Events:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+
+    async def __call__(self, kind: str, data: dict[str, Any]) -> None:
+        self.seen.append((kind, data))
+
+    def one(self, kind: str) -> dict[str, Any]:
+        [data] = [d for k, d in self.seen if k == kind]
+        return data
+
+
+@dataclass
+class ScriptedIntentLLM:
+    """The LLM the intent parser asks when the rules are unsure: replies with ``reply``."""
+
+    reply: str
+
+    def model_for(self, tier: str) -> str:
+        return "fake"
+
+    async def complete(self, messages: Sequence[Any], **_: Any) -> str:
+        return self.reply
+
+    async def stream(self, messages: Sequence[Any], **_: Any) -> Any:
+        yield self.reply
+
+
+# === (a) a decomposed question always yields a valid plan ==================================================
+
+CLAUSES = ("how long should the dough rise", "what is IVFFlat", "why did error E-4012 appear",
+           "compare HNSW versus IVFFlat", "summarize the incident report", "what changed since March 2026",
+           'where is "pool exhausted" logged', "how does the connection pool recover",
+           "who approved the pricing policy in 2024", "list the steps to reset a password",
+           "what does ef_search trade off", "when was version 2 released", "what is it",
+           "how do refunds work for customers in Norway", "give me an overview of the refund policy")
+SPLITTERS = ("? ", "; ", " and also ", " as well as ", " and then ", "? And ")
+
+
+@st.composite
+def decomposed_questions(draw: st.DrawFn) -> str:
+    clauses = draw(st.lists(st.sampled_from(CLAUSES), min_size=2, max_size=7))
+    question = clauses[0]
+    for clause in clauses[1:]:
+        question += draw(st.sampled_from(SPLITTERS)) + clause
+    question = question[0].upper() + question[1:] + draw(st.sampled_from(["?", "", "."]))
+    assume(len(IntentParser().parse(question, NOW).sub_questions) >= 2)  # the rules decompose it
+    return question
+
+
+# The LLM's reading when the rules are unsure: its own sub-questions (dropped when unusable), or a
+# reply that is not the JSON asked for (the rules' reading stands).
+INTENT_REPLIES = st.none() | st.just("not json") | st.builds(
+    lambda query_type, subs: json.dumps({"query_type": query_type, "sub_questions": subs}),
+    st.sampled_from(["factual", "multi_step", "comparison", "summary", "temporal", "bogus"]),
+    st.lists(st.sampled_from(CLAUSES) | st.text(max_size=40), max_size=8))
+
+
+@st.composite
+def guideline_sets_for_plans(draw: st.DrawFn) -> GuidelineSet:
+    """The shipped guidelines, or the same with every route retrieving per part at any top_k."""
+    shipped = default_guidelines()
+    if draw(st.booleans()):
+        return shipped
+    split = [g.model_copy(update={"route": g.route.model_copy(update={
+        "split_parts": True, "top_k": draw(st.integers(1, 50))})}) for g in shipped.guidelines]
+    return GuidelineSet(guidelines=split, fallback=shipped.fallback.model_copy(update={"split_parts": True}))
+
+
+def assert_valid_plan(steps: list[dict[str, Any]]) -> None:
+    """The plan as the "plan" event describes it: unique ids, known dependencies, no cycle, every
+    step reachable from a step with no dependencies, and every step leading to persistence (the
+    one step nothing depends on), so no step's work is lost."""
+    ids = [s["id"] for s in steps]
+    deps = {s["id"]: set(s["depends_on"]) for s in steps}
+    assert len(set(ids)) == len(ids), f"repeated step ids: {ids}"
+    assert all(d <= set(ids) for d in deps.values()), f"unknown dependencies: {deps}"
+    ordered: list[str] = []  # Kahn's algorithm: a cycle leaves steps that never become ready
+    while len(ordered) < len(ids):
+        ready = [i for i in ids if i not in ordered and deps[i] <= set(ordered)]
+        assert ready, f"dependency cycle among {sorted(set(ids) - set(ordered))}"
+        ordered += ready
+    users = {i: {j for j in ids if i in deps[j]} for i in ids}
+    reached, frontier = set(), [i for i in ids if not deps[i]]
+    while frontier:
+        step = frontier.pop()
+        reached.add(step)
+        frontier += [u for u in users[step] if u not in reached]
+    assert reached == set(ids), f"unreachable steps: {sorted(set(ids) - reached)}"
+    assert [i for i in ids if not users[i]] == ["persist"], "persistence must be the one final step"
+    leads, frontier = set(), ["persist"]
+    while frontier:
+        step = frontier.pop()
+        leads.add(step)
+        frontier += [d for d in deps[step] if d not in leads]
+    assert leads == set(ids), f"steps whose result nothing uses: {sorted(set(ids) - leads)}"
+
+
+@PIPELINE
+@given(question=decomposed_questions(), reply=INTENT_REPLIES, guidelines=guideline_sets_for_plans())
+async def test_a_decomposed_question_always_yields_a_valid_plan(question: str, reply: str | None,
+                                                                guidelines: GuidelineSet) -> None:
+    """(a) A decomposed question always yields a valid plan: acyclic, every step reachable, every
+    step run once; a route that splits gets one concurrent retrieval per part, all feeding generation."""
+    retriever, events = PassageRetriever(), Events()
+    pipeline = QueryPipeline(retriever=retriever, collections=AnyCollection(), guidelines=FixedGuidelines(guidelines),
+                             query_log=MemoryLog(), intent_llm=ScriptedIntentLLM(reply) if reply else None,
+                             config=PipelineConfig(retries=1, abstain_below=0.0))
+    result = await pipeline.run(QueryRequest(question=question, collection="kb"), events, NOW)
+
+    steps = events.one("plan")["steps"]
+    assert_valid_plan(steps)
+    ran = [r.id for r in result.steps]
+    assert all(ran.count(s["id"]) == 1 for s in steps), ran
+    assert not [r for r in result.steps if r.status == "failed"], result.steps
+    decision = result.route
+    event(f"route: {decision.guideline or 'fallback'} ({decision.route.action}), intent by {result.intent.parsed_by}")
+    if decision.route.action != "answer":
+        assert [s["id"] for s in steps] == ["persist"]
+        return
+    subs = result.intent.sub_questions
+    parts = subs if decision.route.split_parts and len(subs) >= 2 else [result.intent.question]
+    event(f"{len(parts)} retrieval part(s)")
+    deps = {s["id"]: set(s["depends_on"]) for s in steps}
+    retrieves = [s["id"] for s in steps if s["kind"] == "retrieve"]
+    assert retrieves == [f"retrieve-{n}" for n in range(1, len(parts) + 1)]
+    assert all(not deps[r] for r in retrieves)  # independent, so they run concurrently
+    assert deps["generate"] == set(retrieves)
+    assert sorted(r.query for r in retriever.requests) == sorted(p[:2000] for p in parts)
+
+
+# === (b) fused results: no duplicates, every strategy's best candidate kept ==================================
+
+DOC = uuid.uuid4()
+CHUNKS = [uuid.UUID(int=i + 1) for i in range(30)]
+STRATEGIES = ("semantic", "keyword", "pattern", "metadata")
+
+
+def hit(i: int, score: float = 1.0) -> SearchHit:
+    return SearchHit(chunk_id=CHUNKS[i], document_id=DOC, parent_id=None, ordinal=i, source_uri="t://d", title=None,
+                     text=f"chunk {i}", start_char=0, end_char=7, score=score)
+
+
+RANKED = st.builds(
+    lambda name, items, factor: RankedList(name, [hit(i, s) for i, s in items], factor),
+    st.sampled_from(STRATEGIES),
+    st.lists(st.tuples(st.integers(0, 29), st.floats(-5, 5, allow_nan=False)), max_size=20),
+    st.sampled_from([1.0, 0.5, 0.25]))
+
+
+@PURE
+@given(lists=st.lists(RANKED, max_size=8),
+       weights=st.dictionaries(st.sampled_from(STRATEGIES), st.floats(0, 3, allow_nan=False)),
+       k=st.floats(0, 100, allow_nan=False))
+def test_fusion_has_no_duplicates_and_keeps_every_strategys_best(lists: list[RankedList], weights: dict[str, float],
+                                                                 k: float) -> None:
+    """(b) Reciprocal-rank fusion of any lists (repeated strategies = query variants, chunks named
+    twice in a list, any weights, zero weights included) returns each chunk once, every chunk any
+    strategy found, and each strategy's best candidate with that strategy's rank 1 and its score."""
+    fused = reciprocal_rank_fusion(lists, weights, k)
+    ids = [c.hit.chunk_id for c in fused]
+    assert len(ids) == len(set(ids)), "a chunk is fused twice"
+    assert set(ids) == {h.chunk_id for r in lists for h in r.hits}
+    by_id = {c.hit.chunk_id: c for c in fused}
+    for ranked in lists:
+        if ranked.hits:
+            best = by_id[ranked.hits[0].chunk_id]
+            assert best.ranks[ranked.strategy] == 1
+            first = next(r for r in lists if r.strategy == ranked.strategy and r.hits
+                         and r.hits[0].chunk_id == best.hit.chunk_id)
+            assert best.scores[ranked.strategy] == first.hits[0].score
+    for c in fused:  # each strategy's rank is its best over all its lists
+        for strategy, rank in c.ranks.items():
+            assert rank == min(r.hits.index(next(h for h in r.hits if h.chunk_id == c.hit.chunk_id)) + 1
+                               for r in lists if r.strategy == strategy and c.hit.chunk_id in
+                               {h.chunk_id for h in r.hits})
+    assert all(a.fused_score >= b.fused_score for a, b in zip(fused, fused[1:], strict=False))
+
+
+class ListedStrategy:
+    """A strategy whose hits are given: ``first`` for the question as asked, a rotation of the
+    same for any other query the adaptive loop tries (rewrites, parts)."""
+
+    def __init__(self, name: str, first: list[int], top_score: float) -> None:
+        self.name, self.needs_embedding, self.first, self.top_score = name, name == "semantic", first, top_score
+
+    async def search(self, query: StrategyQuery) -> list[SearchHit]:
+        items = self.first if query.text == QUESTION else self.first[len(query.text) % 3:] + self.first[:1]
+        return [hit(i, self.top_score - 0.01 * n) for n, i in enumerate(items)][: query.top_k]
+
+
+class ZeroEmbedder:
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.zeros((len(texts), 4), dtype=np.float32)
+
+
+QUESTION = "How does the connection pool recover and why did error E-4012 appear?"
+
+
+@PIPELINE
+@given(found=st.fixed_dictionaries({s: st.lists(st.integers(0, 29), max_size=12) for s in STRATEGIES}),
+       adaptive=st.booleans(), top_k=st.integers(1, 30), top_score=st.floats(0, 0.9))
+async def test_the_retrievers_fused_list_keeps_every_strategys_best(found: dict[str, list[int]], adaptive: bool,
+                                                                    top_k: int, top_score: float) -> None:
+    """(b) Through the Retriever (strategies run concurrently, the adaptive loop fusing what each
+    iteration found): the fused list holds each chunk once and every strategy's first hit for the
+    question, ranked 1 by that strategy; what ``retrieve`` returns has no duplicates either."""
+    # A low top score (the semantic cosine) makes the adaptive loop act: more lists are fused.
+    strategies = {name: ListedStrategy(name, items, top_score) for name, items in found.items()}
+    retriever = Retriever(store=None, embedder=ZeroEmbedder(), strategies=strategies,  # type: ignore[arg-type]
+                          reranker=None, config=RetrievalConfig(strategies=STRATEGIES, adaptive=adaptive,
+                                                                time_budget_ms=5_000))
+    request = RetrievalRequest(query=QUESTION, top_k=top_k, strategies=STRATEGIES)
+    fused, iterations, _, _ = await retriever.fused_candidates(request)
+    event(f"{len(iterations)} iteration(s)")
+    ids = [c.hit.chunk_id for c in fused]
+    assert len(ids) == len(set(ids))
+    by_id = {c.hit.chunk_id: c for c in fused}
+    for name, items in found.items():
+        if items:
+            assert by_id[CHUNKS[items[0]]].ranks[name] == 1, (name, iterations)
+    top = (await retriever.retrieve(request)).candidates
+    assert len(top) == min(top_k, len(ids)) and len({c.hit.chunk_id for c in top}) == len(top)
+
+
+def candidates(items: list[int]) -> list[Candidate]:
+    return [Candidate(hit=hit(i), fused_score=1.0 / n, ranks={"semantic": n}) for n, i in enumerate(items, 1)]
+
+
+@PURE
+@given(parts=st.lists(st.lists(st.integers(0, 29), max_size=10, unique=True), min_size=1, max_size=6),
+       extra=st.integers(0, 20))
+def test_merging_the_parts_has_no_duplicates_and_keeps_each_parts_best(parts: list[list[int]], extra: int) -> None:
+    """(b) The orchestrator's merge of the parts' fused lists (round robin) holds each chunk once
+    and, when the context has room for one chunk per part, every part's best candidate."""
+    limit = len(parts) + extra
+    merged = merge_contexts([candidates(p) for p in parts], limit)
+    ids = [c.hit.chunk_id for c in merged]
+    assert len(ids) == len(set(ids))
+    assert len(ids) == min(limit, len({i for p in parts for i in p}))
+    assert {CHUNKS[p[0]] for p in parts if p} <= set(ids)
+
+
+# === (c) guideline priority order is deterministic; no match means the fallback route =========================
+
+NAMES = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa")
+QUERY_TYPES = ("factual", "exact_lookup", "comparison", "multi_step", "summary", "temporal", "out_of_scope")
+COMPLEXITIES = ("simple", "moderate", "complex")
+CONDITION_FIELDS = {
+    "query_types": st.lists(st.sampled_from(QUERY_TYPES), min_size=1, max_size=3),
+    "complexity": st.lists(st.sampled_from(COMPLEXITIES), min_size=1, max_size=2),
+    "min_ambiguity": st.sampled_from([0.0, 0.2, 0.5, 0.8]), "has_identifiers": st.booleans(),
+    "has_quoted": st.booleans(), "has_time_range": st.booleans(), "min_sub_questions": st.integers(0, 3),
+    "needs_clarification": st.booleans(),
+    "question_matches": st.sampled_from([r"(?i)\bcompare\b", r"E-\d+", r"^[A-Z]", r"pool|refund"]),
+}
+# A few fields per condition (an empty one always matches), so that guidelines often match.
+CONDITIONS = st.lists(st.sampled_from(sorted(CONDITION_FIELDS)), max_size=3, unique=True).flatmap(
+    lambda names: st.fixed_dictionaries({n: CONDITION_FIELDS[n] for n in names})).map(lambda f: Condition(**f))
+ROUTES = st.builds(
+    RouteSpec, action=st.sampled_from(["answer", "answer", "clarify", "decline"]),
+    strategies=st.none() | st.lists(st.sampled_from(STRATEGIES), min_size=1, max_size=4, unique=True),
+    top_k=st.none() | st.integers(1, 50), rerank=st.none() | st.booleans(), adaptive=st.none() | st.booleans(),
+    tier=st.none() | st.sampled_from(COMPLEXITIES), use_time_filter=st.booleans(), split_parts=st.booleans())
+FALLBACKS = ROUTES.map(lambda r: r.model_copy(update={"action": "answer"}))
+
+
+@st.composite
+def guideline_sets(draw: st.DrawFn) -> GuidelineSet:
+    names = draw(st.lists(st.sampled_from(NAMES), max_size=8, unique=True))
+    # Few priorities, so ties (broken by name) are common.
+    guidelines = [Guideline(name=n, priority=draw(st.integers(0, 4)), when=draw(CONDITIONS), route=draw(ROUTES))
+                  for n in names]
+    return GuidelineSet(guidelines=guidelines, fallback=draw(FALLBACKS))
+
+
+QUESTIONS = st.sampled_from(["Compare the pool and the refund window", "error E-4012", "what is it",
+                             "How long should the dough rise?", "summarize the incident since March"])
+
+
+def intents(confidence: st.SearchStrategy[float] = st.floats(0, 1)) -> st.SearchStrategy[Intent]:
+    return st.builds(
+        lambda question, **kw: Intent(question=question, original=question, missing=[], **kw),
+        QUESTIONS, query_type=st.sampled_from(QUERY_TYPES), complexity=st.sampled_from(COMPLEXITIES),
+        entities=st.builds(Entities, identifiers=st.lists(st.just("E-4012"), max_size=1),
+                           quoted=st.lists(st.just("pool exhausted"), max_size=1)),
+        time_ranges=st.lists(st.just(TimeRangeModel(expression="since March", start=datetime(2026, 3, 1, tzinfo=UTC),
+                                                    end=None)), max_size=1),
+        sub_questions=st.lists(st.sampled_from(CLAUSES), max_size=4), ambiguity=st.floats(0, 1),
+        clarifications=st.lists(st.just("Which document do you mean?"), max_size=1), confidence=confidence)
+
+
+def matches_alone(intent: Intent, guideline: Guideline, fallback: RouteSpec) -> bool:
+    """Whether the router takes this guideline when it is the only one (its condition holds for the intent)."""
+    return route(intent, GuidelineSet(guidelines=[guideline], fallback=fallback)).guideline == guideline.name
+
+
+@PURE
+@given(intent=intents(), guidelines=guideline_sets(), order=st.randoms(use_true_random=False))
+def test_guideline_priority_order_is_deterministic_and_no_match_takes_the_fallback(
+        intent: Intent, guidelines: GuidelineSet, order: Any) -> None:
+    """(c) The decision is the guideline that comes first by (priority, name) among those that
+    match, whatever order the set lists them in and however often it is asked; when none matches,
+    the decision names no guideline, says so, and is the fallback route."""
+    decision = route(intent, guidelines, 3)
+    shuffled = list(guidelines.guidelines)
+    order.shuffle(shuffled)
+    again = route(intent, GuidelineSet(guidelines=shuffled, fallback=guidelines.fallback), 3)
+    assert again == decision and route(intent, guidelines, 3) == decision
+    matching = [g for g in guidelines.guidelines if matches_alone(intent, g, guidelines.fallback)]
+    first = min(matching, key=lambda g: (g.priority, g.name), default=None)
+    event("matched" if first else "no match")
+    if first is not None:
+        assert decision.guideline == first.name
+        assert decision.route.action == first.route.action
+        return
+    fallback = guidelines.fallback
+    assert decision.guideline is None and "fallback" in decision.reasons[-1]
+    assert decision.route.action == "answer"
+    assert decision.route.strategies == list(fallback.strategies or strategy_names())
+    assert decision.route.top_k == (fallback.top_k or 6)
+    assert (decision.route.use_time_filter, decision.route.split_parts) == (fallback.use_time_filter,
+                                                                           fallback.split_parts)
+    assert decision.route.tier == (fallback.tier or intent.complexity)
+
+
+# === (d) low intent confidence means a clarification or the fallback route ===================================
+
+# FINDING: the router ignores the intent's confidence; the first matching guideline wins however
+# unsure the rules are ("compare and then summarize?": multi_step at 0.333 -> guideline multi-part).
+# Skipping every non-clarify guideline for unsure intents in router.route makes both tests below
+# pass, but it also sends multi-part questions whose parts are of different types to the fallback
+# (no per-part retrieval, no time filter): the parser counts each part's type cue as a conflict, and
+# 1,384 of 3,000 random questions built from (a)'s clauses fall below the threshold (today 501 of
+# them route multi-part, 883 time-scoped). No question of SciFact (1,109) or XQuAD (1,190) does.
+# How the parser rates multi-part questions needs deciding first.
+UNSURE_IS_ROUTED = pytest.mark.xfail(
+    strict=True, raises=AssertionError,
+    reason="router.route does not look at Intent.confidence: an unsure intent (confidence < RULES_UNSURE_BELOW) "
+           "takes the first matching guideline, not a clarification or the fallback route")
+
+# Words that cue each query type; a question with cues of several types leaves the rules unsure.
+CUES = {"summary": ("summarize", "an overview of"), "comparison": ("compare", "versus"),
+        "temporal": ("since March 2026", "the latest"), "multi_step": ("step by step", "and then"),
+        "exact_lookup": ("find error E-4012", 'find "pool exhausted"')}
+FILLER = ("the refund window", "the connection pool", "pricing", "the incident report", "IVFFlat")
+
+
+@st.composite
+def unsure_questions(draw: st.DrawFn) -> str:
+    kinds = draw(st.lists(st.sampled_from(sorted(CUES)), min_size=3, max_size=5, unique=True))
+    pieces = [draw(st.sampled_from(CUES[k])) for k in kinds] + draw(st.lists(st.sampled_from(FILLER), max_size=3))
+    return " ".join(draw(st.permutations(pieces))) + "?"
+
+
+@UNSURE_IS_ROUTED
+@PURE
+@given(question=unsure_questions())
+def test_low_intent_confidence_asks_back_or_takes_the_fallback(question: str) -> None:
+    """(d) When the rules are unsure what a question asks (confidence below RULES_UNSURE_BELOW:
+    its cues name several query types), the shipped guidelines either ask back or take the
+    fallback route: no guideline acts on a guessed query type."""
+    intent = IntentParser().parse(question, NOW)
+    assume(intent.confidence < RULES_UNSURE_BELOW)
+    decision = route(intent, default_guidelines())
+    event(f"{decision.guideline or 'fallback'}")
+    assert decision.route.action == "clarify" or decision.guideline is None, (question, intent.query_type, decision)
+
+
+@UNSURE_IS_ROUTED
+@PURE
+@given(intent=intents(st.floats(0, RULES_UNSURE_BELOW, exclude_max=True)), guidelines=guideline_sets())
+def test_low_intent_confidence_asks_back_or_takes_the_fallback_for_any_guidelines(
+        intent: Intent, guidelines: GuidelineSet) -> None:
+    """(d) The same for any guideline set: an unsure intent is asked back or routed to the fallback."""
+    decision = route(intent, guidelines)
+    event("clarify" if decision.route.action == "clarify" else "fallback" if decision.guideline is None else "other")
+    assert decision.route.action == "clarify" or decision.guideline is None, decision
+
+
+# === (e) scores in [0, 1] =====================================================================================
+
+VOCABULARY = ("the", "refund", "window", "is", "30", "days", "from", "delivery", "customers", "in", "Norway", "are",
+              "not", "eligible", "never", "5", "business", "March", "2024", "1843", "Ada", "Lovelace", "1,000",
+              "45%", "paid", "card", "it", "was", "[1]", "[2]", "[9]", '"exactly', 'this"', "E-4012", "how", "when")
+SENTENCES = st.builds(lambda words, end: " ".join(words) + end, st.lists(st.sampled_from(VOCABULARY), min_size=1,
+                                                                         max_size=14), st.sampled_from([".", "?", "!",
+                                                                                                        ""]))
+TEXTS = st.lists(SENTENCES, max_size=4).map(" ".join) | st.text(max_size=60)
+DATES = st.datetimes(datetime(1990, 1, 1), datetime(2035, 1, 1), timezones=st.just(UTC))
+METRIC_VALUES = st.lists(st.none() | st.floats(0, 1), min_size=7, max_size=7)
+
+
+def scored(values: Sequence[float | None], scorer: str) -> list[MetricScore]:
+    return [MetricScore(metric=m, value=v, reason=f"{m} given", scorer=scorer)
+            for m, v in zip(METRICS, values, strict=True) if v is not None or scorer == "local"]
+
+
+@PURE
+@given(question=TEXTS, answer=TEXTS, reference=st.none() | TEXTS, parts=st.lists(TEXTS, max_size=3),
+       contexts=st.lists(st.builds(EvidenceContext, text=TEXTS, effective_date=st.none() | DATES), max_size=4),
+       now=DATES, similarity=st.none() | st.floats(-1.01, 1.01), half_life=st.floats(1, 10_000),
+       weights=st.fixed_dictionaries({m: st.floats(0, 2) for m in METRICS}), judge=METRIC_VALUES, ragas=METRIC_VALUES)
+def test_every_score_is_in_the_unit_interval(question: str, answer: str, reference: str | None, parts: list[str],
+                                             contexts: list[EvidenceContext], now: datetime, similarity: float | None,
+                                             half_life: float, weights: dict[str, float],
+                                             judge: list[float | None], ragas: list[float | None]) -> None:
+    """(e) Each of the seven local scores, the LLM graders' combined scores and the weighted
+    overall are in [0, 1] (or None: could not judge), for any answer, evidence, dates (future ones
+    too), similarity and weights; the overall lies between the lowest and highest score."""
+    inp = ScoringInput(question=question or "?", answer=answer, contexts=contexts, parts=parts, reference=reference,
+                       now=now, similarity=similarity)
+    local = score_metrics(inp, half_life)
+    combined = combine(local, scored(judge, "judge"), scored(ragas, "ragas"))
+    for scores in (local, combined):
+        assert [s.metric for s in scores] == list(METRICS)
+        values = [s.value for s in scores if s.value is not None]
+        assert all(0 <= v <= 1 for v in values), scores
+        overall = Evaluation.from_scores(scores, weights).overall
+        if overall is not None:
+            assert 0 <= overall <= 1 and min(values) - 1e-9 <= overall <= max(values) + 1e-9
+        EvaluationReport.of(Evaluation.from_scores(scores, weights), False, [])  # the API's model accepts them
+
+
+@PURE
+@given(found=st.lists(st.tuples(st.integers(0, 29), st.dictionaries(st.sampled_from(STRATEGIES),
+                                                                     st.floats(-1.01, 1.01), max_size=4)),
+                      max_size=12),
+       ran=st.sets(st.sampled_from(STRATEGIES)), intent=intents(), guidelines=guideline_sets())
+def test_retrieval_and_route_confidences_are_in_the_unit_interval(
+        found: list[tuple[int, dict[str, float]]], ran: set[str], intent: Intent, guidelines: GuidelineSet) -> None:
+    """(e) The retrieval confidence the adaptive loop acts on and the route's confidence are in [0, 1]."""
+    fused = [Candidate(hit=hit(i), fused_score=1.0, ranks={s: n for s in scores}, scores=scores)
+             for n, (i, scores) in enumerate(found, start=1)]
+    confidence = retrieval_confidence(fused, ran)
+    assert confidence is None or 0 <= confidence <= 1
+    assert 0 <= route(intent, guidelines).confidence <= 1
+
+
+# === (f) low quality means exactly one review item ============================================================
+
+@dataclass
+class ScriptedEvaluator(AnswerEvaluator):
+    """The real gate over given grades: ``values`` are the local scorer's, ``llm_values`` the LLM
+    graders' (None: no LLM configured)."""
+
+    values: Sequence[float | None] = ()
+    llm_values: Sequence[float | None] | None = None
+    verdicts: list[Graded] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.llm_values is not None:
+            self.llm_grader = self._llm
+
+    async def local(self, *, question: str, answer: str, contexts: Sequence[EvidenceContext],
+                    parts: Sequence[str] = (), reference: str | None = None, claims: Sequence[Claim] | None = None,
+                    now: datetime | None = None) -> tuple[ScoringInput, Graded]:
+        inp = ScoringInput(question=question, answer=answer, contexts=contexts, parts=parts, now=now, claims=claims)
+        graded = self.grade(scored(self.values, "local"))
+        self.verdicts.append(graded)
+        return inp, graded
+
+    async def _llm(self, inp: ScoringInput, local: Sequence[MetricScore]) -> tuple[list[MetricScore], list[str]]:
+        assert self.llm_values is not None
+        combined = combine(local, scored(self.llm_values, "judge"), [])
+        self.verdicts.append(self.grade(combined))
+        return combined, []
+
+
+async def review_rows(db: Database, query_id: uuid.UUID) -> list[Any]:
+    async with db.connect() as conn:
+        return (await conn.execute(text("SELECT id FROM review_items WHERE query_id = :q"), {"q": query_id})).all()
+
+
+# Grades of any quality, and grades that are mostly good (so "not low" is common too).
+GRADES = METRIC_VALUES | st.lists(st.none() | st.floats(0.75, 1), min_size=7, max_size=7)
+
+
+@STORED
+@given(values=GRADES, llm_values=st.none() | GRADES, mode=st.sampled_from(["deliver", "hold"]),
+       ratings=st.lists(st.integers(1, 5), max_size=3))
+async def test_low_quality_makes_exactly_one_review_item(database: Database, values: list[float | None],
+                                                         llm_values: list[float | None] | None, mode: str,
+                                                         ratings: list[int]) -> None:
+    """(f) An answer whose grades are low (overall below the delivery threshold, or nothing could
+    be judged) is stored with exactly one review item, the id the caller was given; the LLM
+    grades after delivery and users' low ratings, racing each other, join that item instead of
+    adding one. No trigger at all: no item."""
+    policy = GatePolicy(metric_thresholds=load_settings().review_metric_thresholds, mode=mode)  # type: ignore[arg-type]
+    evaluator = ScriptedEvaluator(policy=policy, values=values, llm_values=llm_values)
+    pipeline = QueryPipeline(retriever=PassageRetriever(), collections=AnyCollection(),
+                             guidelines=FixedGuidelines(default_guidelines()), query_log=QueryLog(database),
+                             evaluator=evaluator, config=PipelineConfig(retries=1, abstain_below=0.0))
+    collection = f"prop-{uuid.uuid4().hex[:10]}"
+    result = await pipeline.run(QueryRequest(question="How long should the dough rise?", collection=collection),
+                                now=NOW)
+    assert result.evaluation is not None, result.steps  # graded: the property is about graded answers
+    reviews = ReviewService(ReviewRepository(database), lease_s=60, expire_after_s=86_400)
+    await asyncio.gather(pipeline.drain(10), *(reviews.feedback(Caller(role="admin"), result.query_id,
+                                                                FeedbackRequest(rating=r)) for r in ratings))
+    rows = await review_rows(database, result.query_id)
+
+    gated = evaluator.verdicts[-1] if mode == "hold" else evaluator.verdicts[0]  # what the gate decided on
+    low = gated.evaluation.overall is None or gated.evaluation.overall < policy.deliver_at
+    # Hold mode queues on the grades the gate decided on; deliver mode on the local ones, then the LLM's.
+    triggers = [gated] if mode == "hold" else evaluator.verdicts
+    asked = any(g.verdict.needs_review for g in triggers) or any(r <= 2 for r in ratings)
+    event(f"{mode}: {'low' if low else 'not low'}, {len(rows)} item(s)")
+    if low:
+        assert len(rows) == 1 and rows[0].id == result.review_id, (rows, result.review_id)
+    assert len(rows) == (1 if asked else 0), (rows, evaluator.verdicts, ratings)
+
+
+# === (g) a review claim is exclusive =========================================================================
+
+APPROVE = ReviewDecisionRequest(decision="approved", category="answer_quality")
+CLAIMABLE = {"claim": {"pending", "lapsed", "expired"}, "claim_next": {"pending", "lapsed"}}
+
+
+async def arrange(db: Database, repo: ReviewRepository, review_id: uuid.UUID, state: str, holder: uuid.UUID) -> None:
+    """Put the item in ``state``: pending, lapsed (claimed, lease run out), held (claimed, live),
+    expired, or decided; ``holder`` is the earlier reviewer."""
+    if state in ("lapsed", "held", "decided"):
+        await repo.claim(review_id, holder, 60)
+    async with db.begin() as conn:
+        if state == "lapsed":
+            await conn.execute(text("UPDATE review_items SET lease_expires_at = now() - interval '1 second' "
+                                    "WHERE id = :id"), {"id": review_id})
+        elif state == "expired":
+            await conn.execute(text("UPDATE review_items SET status = 'expired' WHERE id = :id"), {"id": review_id})
+    if state == "decided":
+        await repo.decide(review_id, holder, APPROVE)
+
+
+@STORED
+@given(state=st.sampled_from(["pending", "lapsed", "held", "expired", "decided"]), racers=st.integers(2, 8),
+       local_operator=st.booleans(), via=st.sampled_from(["claim", "claim_next"]))
+async def test_a_review_claim_is_exclusive(database: Database, state: str, racers: int, local_operator: bool,
+                                           via: str) -> None:
+    """(g) Different reviewers claiming the same item at the same moment (each on a connection of
+    its own): exactly one wins when the item can be claimed, none when another holds a live lease
+    or it is decided; the others get a conflict (or nothing, from claim-next). Only the winner can
+    then decide it."""
+    repo = ReviewRepository(database)
+    collection = f"claim-{uuid.uuid4().hex[:10]}"
+    _, review_id = await seed_answer(database, collection=collection)
+    assert review_id is not None
+    holder = uuid.uuid4()
+    await arrange(database, repo, review_id, state, holder)
+    reviewers: list[uuid.UUID | None] = [uuid.uuid4() for _ in range(racers)]
+    if local_operator:
+        reviewers[0] = None  # the local operator (``ragsvc review``) races too
+    if via == "claim":
+        outcomes = await asyncio.gather(*(repo.claim(review_id, r, 60) for r in reviewers), return_exceptions=True)
+    else:
+        scope = ReviewScope(collections=[collection])
+        outcomes = await asyncio.gather(*(repo.claim_next(r, 60, scope=scope) for r in reviewers),
+                                        return_exceptions=True)
+    wins = [o for o in outcomes if isinstance(o, ReviewClaim)]
+    others = [o for o in outcomes if not isinstance(o, ReviewClaim)]
+    assert all(isinstance(o, ConflictError) if via == "claim" else o is None for o in others), outcomes
+    if via == "claim":  # how the others lost: on the row lock (the claims overlapped), or after a commit
+        event(f"claim {state}: " + ("a claim lost on the row lock" if any("right now" in str(o) for o in others)
+                                    else "every claim lost after a commit"))
+    async with database.connect() as conn:
+        row = (await conn.execute(text("SELECT status, claimed_by, lease_expires_at > now() AS live "
+                                       "FROM review_items WHERE id = :id"), {"id": review_id})).one()
+    if state not in CLAIMABLE[via]:
+        assert wins == [], outcomes
+        if state in ("held", "decided"):
+            assert row.claimed_by == holder
+        return
+    assert len(wins) == 1, outcomes
+    [winner] = wins
+    assert winner.review_id == review_id and winner.claimed_by in reviewers
+    assert row.status == "claimed" and row.claimed_by == winner.claimed_by and row.live
+    losers = [r for r in reviewers if r != winner.claimed_by]
+    decisions = await asyncio.gather(repo.decide(review_id, winner.claimed_by, APPROVE),
+                                     *(repo.decide(review_id, r, APPROVE) for r in losers), return_exceptions=True)
+    assert not isinstance(decisions[0], BaseException), decisions[0]
+    assert all(isinstance(d, ConflictError) for d in decisions[1:]), decisions
+
