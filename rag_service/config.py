@@ -81,6 +81,18 @@ class Settings(BaseSettings):
     parent_chunk_size: int = Field(default=1024, ge=64, le=32_768)
     ingest_max_file_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
     ingest_batch_documents: int = Field(default=64, ge=1, le=10_000)
+    ingest_max_files: int = Field(default=1000, ge=1, description="Files or documents in one upload request.")
+    ingest_max_request_bytes: int = Field(default=512 * 1024 * 1024, ge=1, description=(
+        "The body of one upload request (its Content-Length)."))
+    max_queued_jobs: int = Field(default=1000, ge=1, description=(
+        "Ingestion jobs waiting to run, across all replicas; a new upload beyond it is a 503 with Retry-After."))
+
+    # --- limits: per key, and per process -----------------------------------------------------
+    rate_limit: str | None = Field(default="1200/minute", description=(
+        "Requests per API key to /v1 and /mcp, in the `limits` library's notation ('1200/minute', "
+        "'20/second;10000/hour'); empty: no limit. Counted per process; the keyless local admin is not limited."))
+    max_inflight_queries: int = Field(default=64, ge=1, description=(
+        "Queries and searches one process works on at once; one more is a 503 with Retry-After."))
 
     # --- retrieval ---------------------------------------------------------------------------
     retrieval_strategies: str = Field(
@@ -233,6 +245,20 @@ class Settings(BaseSettings):
         if not value.startswith("postgresql+psycopg://"):
             raise ValueError("must be a PostgreSQL URL such as postgresql://user:password@host:5432/dbname")
         return value
+
+    @field_validator("rate_limit")
+    @classmethod
+    def _rate_limit(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        from limits import parse_many
+
+        try:
+            parse_many(value)
+        except ValueError as exc:
+            raise ValueError(f"RAGSVC_RATE_LIMIT {value!r} is not a rate such as '600/minute' or "
+                             f"'20/second;1000/hour' ({exc})") from None
+        return value.strip()
 
     @field_validator("text_search_config")
     @classmethod

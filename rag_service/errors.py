@@ -152,3 +152,27 @@ class RetrievalUnavailableError(RagServiceError):
     status_code = 503
     exit_code = 5
     title = "retrieval unavailable"
+
+
+class RateLimitedError(RagServiceError):
+    """A key (or, keyless, an address) sent more requests than RAGSVC_RATE_LIMIT allows."""
+
+    status_code = 429
+    exit_code = 5
+    title = "too many requests"
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.headers = {"Retry-After": str(max(1, retry_after_s))}
+
+
+class OverloadedError(RagServiceError):
+    """The process is at its bound of work in flight (queries, queued jobs): try again shortly."""
+
+    status_code = 503
+    exit_code = 5
+    title = "overloaded"
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.headers = {"Retry-After": str(max(1, retry_after_s))}

@@ -28,6 +28,7 @@ from rag_service.api import (
     search,
 )
 from rag_service.api.lifecycle import serving
+from rag_service.api.limits import InFlight, InFlightBound, KeyRateLimit
 from rag_service.api.problems import problem, problem_response
 from rag_service.config import Settings, get_settings
 from rag_service.errors import RagServiceError
@@ -70,6 +71,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(monitoring.router)
     app.include_router(console.router)
     mcp = mcp_http.mount(app)
+    app.state.rate_limit = KeyRateLimit(settings.rate_limit)
+    app.state.inflight = InFlight(settings.max_inflight_queries)
+    app.add_middleware(InFlightBound, state=app.state.inflight)
     app.add_middleware(monitoring.RequestMonitor)  # added last: outermost, every log line of the request has the id
 
     def openapi() -> dict[str, Any]:

@@ -118,6 +118,13 @@ def check_grant(caller: Caller, role: Role) -> None:
                          f"Create one with `ragsvc keys create --role {role}`")
 
 
+def check_rate(request: Request, caller: Caller) -> None:
+    """Count the request against its key's rate (api/limits.py); 429 beyond it."""
+    limit = getattr(request.app.state, "rate_limit", None)
+    if limit is not None:
+        limit.check(caller)
+
+
 @functools.cache  # one function per role, so FastAPI runs it once per request however often it is declared
 def require(role: Role) -> Callable[..., Coroutine[Any, Any, Caller]]:
     """A dependency that authenticates the request and checks it may act as ``role``."""
@@ -131,6 +138,7 @@ def require(role: Role) -> Callable[..., Coroutine[Any, Any, Caller]]:
         caller = await authenticate(request, role)
         check_grant(caller, role)
         request.state.caller = caller
+        check_rate(request, caller)
         return caller
 
     dependency.__name__ = f"require_{role}"

@@ -16,7 +16,7 @@ from rag_service.api.auth import IngesterDep, ReaderDep, check_collection, check
 from rag_service.api.deps import RuntimeDep
 from rag_service.api.uploads import MULTIPART_SCHEMA, DocumentCreate, UploadBatch, read_upload_request
 from rag_service.domain import COLLECTION_PATTERN, Caller, DocumentSummary, JobView, StoredChunk
-from rag_service.errors import ForbiddenError, NotFoundError
+from rag_service.errors import ForbiddenError, NotFoundError, OverloadedError
 from rag_service.runtime import Runtime
 
 router = APIRouter(prefix="/v1", tags=["documents"])
@@ -75,10 +75,14 @@ class DocumentWithChunks(DocumentPublic):
             {"type": "array", "items": {"$ref": "#/components/schemas/DocumentCreate"}},
         ]}},
     }}}),
-    responses={413: {"description": "A file is over the size limit"}, 422: {"description": "Malformed request"}},
+    responses={413: {"description": "A file, the number of files or the request is over its limit"},
+               422: {"description": "Malformed request"},
+               503: {"description": "Too many ingestion jobs are waiting (RAGSVC_MAX_QUEUED_JOBS); see Retry-After"}},
 )
 async def create_documents(request: Request, runtime: RuntimeDep, caller: IngesterDep) -> JSONResponse:
-    batch = await read_upload_request(request, runtime.settings.ingest_max_file_bytes)
+    settings = runtime.settings
+    batch = await read_upload_request(request, settings.ingest_max_file_bytes, max_files=settings.ingest_max_files,
+                                      max_request_bytes=settings.ingest_max_request_bytes)
     accepted = await queue_ingestion(runtime, request.app.state.queue, caller, batch)
     return JSONResponse(accepted.model_dump(mode="json"), status_code=202, headers={"Location": accepted.status_url})
 
@@ -87,6 +91,9 @@ async def queue_ingestion(runtime: Runtime, queue: App, caller: Caller, batch: U
     """Store an ingestion job with its uploads and queue it, once the caller's key may write the
     collection (POST /v1/documents; the MCP tool ``ingest_text``)."""
     check_collection(caller, batch.collection)
+    if (queued := await runtime.jobs.count_queued()) >= runtime.settings.max_queued_jobs:
+        raise OverloadedError(f"{queued:,} ingestion jobs are waiting already (RAGSVC_MAX_QUEUED_JOBS "
+                              f"{runtime.settings.max_queued_jobs:,}); retry later, or add workers", retry_after_s=30)
     options = IngestOptions(collection=batch.collection, tags=tuple(batch.tags), lob=batch.lob,
                             acl=tuple(batch.acl), max_file_bytes=runtime.settings.ingest_max_file_bytes,
                             batch_documents=runtime.settings.ingest_batch_documents)

@@ -36,7 +36,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
-from rag_service.api.auth import authenticate
+from rag_service.api.auth import authenticate, check_rate
 from rag_service.api.lifecycle import Services
 from rag_service.api.mcp_server import build_server
 from rag_service.api.mcp_session import McpState, describe
@@ -66,6 +66,7 @@ class _McpEndpoint:
         try:
             # "reader" only shapes the 401's message: it is the least any MCP tool needs.
             request.state.caller = await authenticate(request, "reader")
+            check_rate(request, request.state.caller)
         except RagServiceError as exc:
             await _refusal(exc)(scope, receive, send)
             return

@@ -54,8 +54,15 @@ class UploadBatch:
     uploads: list[Upload]
 
 
-async def read_upload_request(request: Request, limit: int) -> UploadBatch:
-    """The batch a POST /v1/documents carries, each file or text at most ``limit`` bytes."""
+async def read_upload_request(request: Request, limit: int, *, max_files: int = 1000,
+                              max_request_bytes: int | None = None) -> UploadBatch:
+    """The batch a POST /v1/documents carries: each file or text at most ``limit`` bytes, at most
+    ``max_files`` of them, the whole body at most ``max_request_bytes`` (checked on its
+    Content-Length, before anything is read)."""
+    declared = request.headers.get("content-length", "")
+    if max_request_bytes is not None and declared.isdigit() and int(declared) > max_request_bytes:
+        raise PayloadTooLargeError(f"the request body is {int(declared):,} bytes, over the {max_request_bytes:,}-byte "
+                                   "limit (RAGSVC_INGEST_MAX_REQUEST_BYTES); split the upload into several requests")
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
         batch = await _read_multipart(request, limit)
@@ -63,6 +70,9 @@ async def read_upload_request(request: Request, limit: int) -> UploadBatch:
         batch = _read_json(await request.body(), limit)
     else:
         raise InvalidInputError("send multipart/form-data with 'files', or application/json documents")
+    if len(batch.uploads) > max_files:
+        raise PayloadTooLargeError(f"{len(batch.uploads):,} documents in one request, over the {max_files:,} limit "
+                                   "(RAGSVC_INGEST_MAX_FILES); split the upload into several requests")
     uris = [u.source_uri for u in batch.uploads]
     repeated = sorted({uri for uri in uris if uris.count(uri) > 1})
     if repeated:

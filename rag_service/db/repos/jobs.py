@@ -32,6 +32,12 @@ class JobRepository:
                 ])
         return job_id
 
+    async def count_queued(self) -> int:
+        """Jobs waiting for a worker, across every replica (the ingestion queue's depth)."""
+        async with self._db.connect() as conn:
+            return int((await conn.execute(
+                select(func.count()).select_from(IngestJob).where(IngestJob.status == "queued"))).scalar_one())
+
     async def get(self, job_id: uuid.UUID) -> JobView:
         async with self._db.connect() as conn:
             row = (await conn.execute(select(IngestJob.__table__).where(IngestJob.id == job_id))).first()
