@@ -24,7 +24,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
@@ -472,19 +471,9 @@ def test_guideline_priority_order_is_deterministic_and_no_match_takes_the_fallba
 
 # === (d) low intent confidence means a clarification or the fallback route ===================================
 
-# FINDING: the router ignores the intent's confidence; the first matching guideline wins however
-# unsure the rules are ("compare and then summarize?": multi_step at 0.333 -> guideline multi-part).
-# Skipping every non-clarify guideline for unsure intents in router.route makes both tests below
-# pass, but it also sends multi-part questions whose parts are of different types to the fallback
-# (no per-part retrieval, no time filter): the parser counts each part's type cue as a conflict, and
-# 1,384 of 3,000 random questions built from (a)'s clauses fall below the threshold (today 501 of
-# them route multi-part, 883 time-scoped). No question of SciFact (1,109) or XQuAD (1,190) does.
-# How the parser rates multi-part questions needs deciding first.
-UNSURE_IS_ROUTED = pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="router.route does not look at Intent.confidence: an unsure intent (confidence < RULES_UNSURE_BELOW) "
-           "takes the first matching guideline, not a clarification or the fallback route")
-
+# Found by these tests: the router used to ignore the intent's confidence. It now skips every guideline
+# that does not ask back when the rules are unsure (router.route), and the parser rates a question it
+# splits into parts as sure (its other cues are its parts'), so multi-part routing keeps working.
 # Words that cue each query type; a question with cues of several types leaves the rules unsure.
 CUES = {"summary": ("summarize", "an overview of"), "comparison": ("compare", "versus"),
         "temporal": ("since March 2026", "the latest"), "multi_step": ("step by step", "and then"),
@@ -499,7 +488,6 @@ def unsure_questions(draw: st.DrawFn) -> str:
     return " ".join(draw(st.permutations(pieces))) + "?"
 
 
-@UNSURE_IS_ROUTED
 @PURE
 @given(question=unsure_questions())
 def test_low_intent_confidence_asks_back_or_takes_the_fallback(question: str) -> None:
@@ -513,7 +501,6 @@ def test_low_intent_confidence_asks_back_or_takes_the_fallback(question: str) ->
     assert decision.route.action == "clarify" or decision.guideline is None, (question, intent.query_type, decision)
 
 
-@UNSURE_IS_ROUTED
 @PURE
 @given(intent=intents(st.floats(0, RULES_UNSURE_BELOW, exclude_max=True)), guidelines=guideline_sets())
 def test_low_intent_confidence_asks_back_or_takes_the_fallback_for_any_guidelines(

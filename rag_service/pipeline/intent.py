@@ -17,6 +17,9 @@ from rag_service.domain import Complexity, Entities, Intent, QueryType, TimeRang
 from rag_service.pipeline.retrieval.query_analysis import content_words, extract_patterns, split_subqueries
 from rag_service.pipeline.timeexpr import extract_time_ranges
 
+# Below this confidence the rules are unsure what a question asks: the router then acts on no guessed
+# type (only guidelines that ask back apply, else the fallback), and an LLM, when configured, is asked.
+RULES_UNSURE_BELOW = 0.5
 _CHIT_CHAT = re.compile(
     r"^\s*((hi|hello|hey|yo|good (morning|afternoon|evening))( there| all| everyone| team)?|thanks?( you)?( so much)?|"
     r"thank you|cheers|bye|goodbye|how are you( doing)?|who are you|what are you|what can you do|"
@@ -145,9 +148,10 @@ class IntentParser:
     def _type(question: str, entities: Entities, ranges: list[TimeRangeModel], subs: list[str],
               words: list[str]) -> tuple[QueryType, float]:
         """The query type by the first cue that fires (in precedence order), and a confidence
-        computed from the cues: 1 / (number of types whose cues fire), so conflicting cues lower
-        it; with no cue the question is factual by elimination, as sure as it has content words
-        (two or more: sure; one: half; none: not at all)."""
+        computed from the cues: 1 / (number of types whose cues fire), so conflicting cues lower it
+        (a question split into parts is sure: the other cues are its parts'); with no cue the question
+        is factual by elimination, as sure as it has content words (two or more: sure; one: half; none:
+        not at all)."""
         cues: list[QueryType] = []
         if _CHIT_CHAT.match(question) or (not words and not _PRONOUN.search(question)):
             cues.append("out_of_scope")
@@ -167,6 +171,10 @@ class IntentParser:
             cues.append("temporal")
         if cues:
             distinct = list(dict.fromkeys(cues))
+            if distinct[0] == "multi_step" and len(subs) >= 2:
+                # Split into its parts, the question's other cues are its parts' own (a comparison in
+                # one, a date in another): each part is retrieved for by itself, so they are no conflict.
+                return "multi_step", 1.0
             return distinct[0], round(1 / len(distinct), 3)
         # Only stop words ("it?") gives 0: a bare reference that needs its subject.
         return "factual", round(min(1.0, len(words) / 2), 3)

@@ -8,10 +8,10 @@ import json
 from typing import get_args
 
 from rag_service.errors import ProviderError
-from rag_service.pipeline.intent import Intent, QueryType
+from rag_service.pipeline.intent import RULES_UNSURE_BELOW, Intent, QueryType
 from rag_service.providers.llm import LLM
 
-RULES_UNSURE_BELOW = 0.5
+__all__ = ["RULES_UNSURE_BELOW", "refine_with_llm"]
 _TYPES = get_args(QueryType)
 _PROMPT = (
     "Classify the user's question for a document search system. Reply with JSON only: "

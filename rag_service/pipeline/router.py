@@ -12,6 +12,7 @@ import yaml
 from rag_service.domain import Condition, GuidelineSet, Intent, ResolvedRoute, RouteDecision, RouteSpec
 from rag_service.domain.routing import REGEX_TIMEOUT_S
 from rag_service.domain.strategies import strategy_names
+from rag_service.pipeline.intent import RULES_UNSURE_BELOW
 
 
 def default_guidelines() -> GuidelineSet:
@@ -81,13 +82,20 @@ def route(intent: Intent, guidelines: GuidelineSet, version: int | None = None, 
     ``strategies`` are for routes that name none: the service's configured ones (default: every
     registered strategy)."""
     strategies = strategies or strategy_names()
+    # The design: when the rules are unsure what the question asks, no guideline acts on a guessed
+    # query type; only those that ask back may apply, else the fallback route.
+    unsure = intent.confidence < RULES_UNSURE_BELOW
     for guideline in sorted(guidelines.guidelines, key=lambda g: (g.priority, g.name)):
+        if unsure and guideline.route.action != "clarify":
+            continue
         reasons = _reasons(guideline.when, intent)
         if reasons is not None:
             return RouteDecision(guideline=guideline.name, reasons=reasons, confidence=round(intent.confidence, 3),
                                  route=_resolve(guideline.route, guidelines.fallback, intent, strategies),
                                  guidelines_version=version)
-    return RouteDecision(guideline=None, reasons=["no guideline matched; fallback route"],
+    why = (f"intent unsure (confidence {intent.confidence:.2f} < {RULES_UNSURE_BELOW}); fallback route" if unsure
+           else "no guideline matched; fallback route")
+    return RouteDecision(guideline=None, reasons=[why],
                          confidence=round(intent.confidence * 0.5, 3),
                          route=_resolve(guidelines.fallback, guidelines.fallback, intent, strategies),
                          guidelines_version=version)
