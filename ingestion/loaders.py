@@ -19,6 +19,10 @@ from typing import Any, Literal
 
 Format = Literal["auto", "beir"]
 DEFAULT_EXCLUDE = (".*", "*/.*", "__pycache__", "*.pyc", "node_modules")
+# Hostile or broken files are refused before they cost much memory or time:
+MAX_PDF_PAGES = 5000  # a PDF's text is extracted page by page; beyond this it is refused
+MAX_UNZIPPED_BYTES = 256 * 1024 * 1024  # a DOCX (a zip) whose parts would unpack to more (a zip bomb)
+MAX_CONTROL_SHARE = 0.05  # text with more control characters than this is binary under a text name
 
 
 class LoadError(Exception):
@@ -50,6 +54,11 @@ def decode_utf8(data: bytes, name: str) -> str:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise LoadError(f"{name} is not valid UTF-8 (byte {exc.start}); convert it to UTF-8 first") from None
+    sample = text[:65_536]
+    control = sum(1 for c in sample if c < " " and c not in "\n\r\t\f")
+    if control > max(32, MAX_CONTROL_SHARE * len(sample)):  # a few stray ones (a NUL in JSON text) are dropped
+        raise LoadError(f"{name} looks binary ({control:,} control characters in its first {len(sample):,}); "
+                        "only text files can be ingested under a text name")
     return text.replace("\x00", "")
 
 
@@ -126,6 +135,9 @@ def _pdf(data: bytes, name: str) -> list[LoadedDocument]:
 
     try:
         reader = PdfReader(io.BytesIO(data), strict=False)
+        if len(reader.pages) > MAX_PDF_PAGES:
+            raise LoadError(f"the PDF has {len(reader.pages):,} pages; at most {MAX_PDF_PAGES:,} are ingested: "
+                            "split it into parts")
         page_texts = [(page.extract_text() or "") for page in reader.pages]
         info = reader.metadata
         title = info.title if info and info.title else None
@@ -152,6 +164,12 @@ def _docx(data: bytes, name: str) -> list[LoadedDocument]:
     from docx.opc.exceptions import PackageNotFoundError
 
     try:
+        # The sizes the zip declares: reading a part beyond its declared size fails its CRC check, so
+        # this bounds what python-docx could unpack.
+        unpacked = sum(info.file_size for info in zipfile.ZipFile(io.BytesIO(data)).infolist())
+        if unpacked > MAX_UNZIPPED_BYTES:
+            raise LoadError(f"the DOCX would unpack to {unpacked:,} bytes (more than {MAX_UNZIPPED_BYTES:,}); "
+                            "refused as a likely zip bomb")
         document = docx.Document(io.BytesIO(data))
     except (PackageNotFoundError, zipfile.BadZipFile, ValueError, KeyError) as exc:
         raise LoadError(f"the DOCX cannot be read: {exc}") from None
