@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ingestion.loaders import LoadedDocument
+from rag_service.text.injection import injection_flags
 
 Tokenizer = Callable[[str], list[int]]
 
@@ -192,6 +193,8 @@ class Chunker:
             metadata["page"] = first
             if last != first:
                 metadata["page_end"] = last
+        if flags := injection_flags(span.text):  # text that reads as instructions to a model: marked, kept as data
+            metadata["injection_flags"] = list(flags)
         return ChunkDraft(
             ordinal=ordinal, text=span.text, start_char=span.start, end_char=span.start + len(span.text),
             token_count=len(self._tokenize(span.text)), content_hash=chunk_hash(span.text), metadata=metadata,

@@ -16,19 +16,11 @@ from typing import Any
 
 from rag_service.domain import MAX_QUESTION_CHARS
 from rag_service.errors import InvalidInputError
+from rag_service.text.injection import injection_flags
+
+__all__ = ["injection_flags"]  # with the input checks' other names; the patterns live in rag_service.text
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
-_INJECTION = [
-    ("ignore-instructions", re.compile(
-        r"\b(ignore|disregard|forget|override)\b[^.?!\n]{0,40}\b(previous|prior|above|earlier|all|your|the)\b"
-        r"[^.?!\n]{0,20}\b(instructions?|prompts?|rules|directions|context)\b", re.I)),
-    ("role-override", re.compile(r"\b(you are now|act as|pretend (to be|you are)|from now on you)\b", re.I)),
-    ("system-prompt", re.compile(
-        r"\b(system prompt|developer message|hidden instructions?|reveal (your|the) (prompt|instructions))\b", re.I)),
-    ("chat-markup", re.compile(r"<\|?(im_start|im_end|system|assistant)\|?>|\[/?INST\]|###\s*(system|instruction)",
-                               re.I)),
-    ("jailbreak", re.compile(r"\b(jailbreak|DAN mode|do anything now|developer mode)\b", re.I)),
-]
 _EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
 _PHONE = re.compile(r"(?<![\w+])(?:\+\d{1,3}[\s.-]?)?(?:\(\d{2,4}\)[\s.-]?)?\d{2,4}(?:[\s.-]\d{2,4}){2,4}(?!\w)")
 _CARD = re.compile(r"(?<!\d)(?:\d[ -]?){12,18}\d(?!\d)")
@@ -123,9 +115,6 @@ def mask_pii_deep(value: Any) -> Any:
         return [mask_pii_deep(v) for v in value]
     return value
 
-
-def injection_flags(text: str) -> tuple[str, ...]:
-    return tuple(name for name, pattern in _INJECTION if pattern.search(text))
 
 
 def check_input(question: str, max_chars: int = MAX_QUESTION_CHARS) -> InputCheck:
