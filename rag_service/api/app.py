@@ -27,9 +27,10 @@ from rag_service.api import (
     reviews,
     search,
 )
+from rag_service.api.auth import REQUIRED_ROLE
 from rag_service.api.lifecycle import serving
 from rag_service.api.limits import InFlight, InFlightBound, KeyRateLimit
-from rag_service.api.problems import problem, problem_response
+from rag_service.api.problems import document_problems, problem, problem_response
 from rag_service.config import Settings, get_settings
 from rag_service.errors import RagServiceError
 from rag_service.observability.logs import REQUEST_ID_HEADER
@@ -84,6 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             for model in documents.BODY_MODELS:
                 components[model.__name__] = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            document_problems(schema, REQUIRED_ROLE)
             app.openapi_schema = schema
         return app.openapi_schema
 

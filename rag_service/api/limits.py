@@ -28,6 +28,9 @@ from rag_service.errors import OverloadedError, RateLimitedError
 
 # The routes that do a query's work: bounded in flight.
 QUERY_PATHS = ("/v1/query", "/v1/query/stream", "/v1/search", "/mcp")
+# For the responses of the routes under QUERY_PATHS.
+OVERLOADED = {503: {"description": "The process is at RAGSVC_MAX_INFLIGHT_QUERIES (Retry-After: 1), or the "
+                                   "database is unavailable"}}
 
 
 class KeyRateLimit:

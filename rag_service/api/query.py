@@ -16,6 +16,7 @@ from sse_starlette.sse import EventSourceResponse
 
 from rag_service.api.auth import AdminDep, ReaderDep, role, scoped
 from rag_service.api.deps import RuntimeDep
+from rag_service.api.limits import OVERLOADED
 from rag_service.api.problems import problem_body
 from rag_service.domain import GuidelineSet, QueryRequest, QueryResult, QueryTrace
 from rag_service.domain.prompts import GUIDELINES_NAME
@@ -35,8 +36,7 @@ router = APIRouter(prefix="/v1", tags=["query"])
                 "`closest_sources` lists the nearest passages), `clarification` (see `clarification.questions`), "
                 "`declined`, or `pending_review` (review gate in hold mode).",
     responses={404: {"description": "The collection does not exist"},
-               422: {"description": "Malformed request (the body says which field and why)"},
-               503: {"description": "The database is unavailable"}},
+               422: {"description": "Malformed request (the body says which field and why)"}, **OVERLOADED},
     **role("reader"),
 )
 async def query(body: QueryRequest, runtime: RuntimeDep, caller: ReaderDep) -> QueryResult:
@@ -52,7 +52,7 @@ async def query(body: QueryRequest, runtime: RuntimeDep, caller: ReaderDep) -> Q
                 "(`{status, title, detail, step}`; `step` names the plan step that failed, when one did). "
                 "Each event's data is JSON.",
     response_class=EventSourceResponse,
-    responses={200: {"content": {"text/event-stream": {}}}},
+    responses={200: {"content": {"text/event-stream": {}}}, **OVERLOADED},
     **role("reader"),
 )
 async def query_stream(body: QueryRequest, runtime: RuntimeDep, caller: ReaderDep) -> EventSourceResponse:

@@ -6,6 +6,7 @@ from fastapi import APIRouter
 
 from rag_service.api.auth import ReaderDep, role, scoped
 from rag_service.api.deps import RuntimeDep
+from rag_service.api.limits import OVERLOADED
 from rag_service.domain import SearchRequest, SearchResponse
 from rag_service.pipeline.retrieval.search import search
 
@@ -21,7 +22,7 @@ router = APIRouter(prefix="/v1", tags=["search"])
                 "rewrites the search when its confidence is low. Each result carries its rank in every strategy "
                 "that found it; `iterations` records what the adaptive loop tried.",
     responses={404: {"description": "The collection does not exist"},
-               422: {"description": "Malformed request (the body says which field and why)"}},
+               422: {"description": "Malformed request (the body says which field and why)"}, **OVERLOADED},
     **role("reader"),
 )
 async def search_collection(body: SearchRequest, runtime: RuntimeDep, caller: ReaderDep) -> SearchResponse:
