@@ -95,8 +95,7 @@ async def run_load(base: str, questions: list[str], collection: str, *, users: i
                 elif route == "stream":
                     async with client.stream("POST", "/v1/query/stream",
                                              json={"question": question, "collection": collection}) as r:
-                        async for _ in r.aiter_bytes():
-                            pass
+                        await r.aread()  # the whole stream, to its last event
                 elif route == "feedback":
                     r = await client.post(f"/v1/answers/{rng.choice(answers)}/feedback",
                                           json={"rating": rng.choice([2, 4, 5]), "comment": "load test"})
@@ -104,7 +103,7 @@ async def run_load(base: str, questions: list[str], collection: str, *, users: i
                     r = await client.post("/v1/documents", json={
                         "source_uri": f"load-{time.time_ns()}.md", "collection": collection,
                         "text": f"A note written under load at {datetime.now(UTC).isoformat()}: {question}"})
-                status, detail = r.status_code, "" if r.status_code < 400 else (await r.aread()).decode()[:200]
+                status, detail = r.status_code, "" if r.status_code < 400 else r.text[:200]
             except httpx.HTTPError as exc:
                 detail = f"{type(exc).__name__}: {exc}"
             if time.monotonic() >= measure_from:
