@@ -40,7 +40,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from benchmarks.datasets import BENCH_DATA, DATA, ensure_ingested, open_runtime, xquad, xquad_without_gold
+from benchmarks.datasets import BENCH_DATA, DATA, ingest_once, open_runtime, xquad, xquad_without_gold
 from benchmarks.server import ServerFailed, serve
 from evaluation.metrics import normalize as normalize  # re-exported: train_answerability uses it
 from rag_service.domain import REFERENCE_CORRECTNESS, EvalRunRequest
@@ -128,16 +128,7 @@ def main() -> None:
     without = xquad_without_gold()
     collection_without = {qid: d.collection for d in without for qid in d.qrels}
 
-    async def prepare() -> dict:
-        runtime = open_runtime(args.data_dir)
-        try:
-            for fold in without:
-                await ensure_ingested(runtime, fold)
-            return await ensure_ingested(runtime, dataset)
-        finally:
-            await runtime.close()  # nothing of the benchmark's own runs while the server is measured
-
-    report = asyncio.run(prepare())
+    report = ingest_once(args.data_dir, *without, dataset)  # closed again: nothing of ours runs while measured
     log(f"ingest: {report['documents']} in {report['seconds']:.1f} s")
     figures: dict = {"benchmark": "answers", "dataset": "xquad-en", "questions": len(rows),
                      "date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": {

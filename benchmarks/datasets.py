@@ -108,3 +108,19 @@ async def ensure_ingested(runtime: Runtime, dataset: RetrievalSet) -> dict:
 
 def run_async(coro):  # noqa: ANN001, ANN201
     return asyncio.run(coro)
+
+
+def ingest_once(data_dir: Path, *datasets: RetrievalSet) -> dict:
+    """Ingest the datasets' corpora into ``data_dir`` (unchanged documents are skipped) with a runtime
+    closed again before anything is measured; the last dataset's ingestion report."""
+    async def prepare() -> dict:
+        runtime = open_runtime(data_dir)
+        try:
+            report: dict = {}
+            for dataset in datasets:
+                report = await ensure_ingested(runtime, dataset)
+            return report
+        finally:
+            await runtime.close()
+
+    return asyncio.run(prepare())

@@ -162,7 +162,7 @@ def growth(samples: list[dict], key: str, after_s: float) -> float | None:
 
 
 def main() -> None:
-    from benchmarks.datasets import BENCH_DATA, ensure_ingested, open_runtime, scifact
+    from benchmarks.datasets import BENCH_DATA, ingest_once, scifact
     from benchmarks.server import serve
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -175,14 +175,7 @@ def main() -> None:
 
     dataset = scifact("test")
 
-    async def prepare() -> dict:
-        runtime = open_runtime(args.data_dir)
-        try:
-            return await ensure_ingested(runtime, dataset)
-        finally:
-            await runtime.close()
-
-    asyncio.run(prepare())
+    ingest_once(args.data_dir, dataset)
     questions = list(dataset.queries.values())
     with serve(args.data_dir) as base:
         port = int(base.rsplit(":", 1)[1])

@@ -37,7 +37,7 @@ import httpx
 import numpy as np
 
 from benchmarks.answers import ask_all
-from benchmarks.datasets import BENCH_DATA, DATA, ensure_ingested, open_runtime, xquad
+from benchmarks.datasets import BENCH_DATA, DATA, ingest_once, xquad
 from benchmarks.embedding import make_chunks
 from benchmarks.server import free_port, serve
 from rag_service.providers.embeddings import LocalEmbedder
@@ -112,14 +112,7 @@ def main() -> None:
     rows = [json.loads(line) for line in (DATA / "xquad_en" / "xquad_en_flat.jsonl").read_text().splitlines()
             if line.strip()][: args.limit]
 
-    async def prepare() -> dict:
-        runtime = open_runtime(args.data_dir)
-        try:
-            return await ensure_ingested(runtime, dataset)
-        finally:
-            await runtime.close()
-
-    asyncio.run(prepare())
+    ingest_once(args.data_dir, dataset)
     chunks_per_s = calibration()
     log(f"calibration: raw embedder {chunks_per_s:.1f} chunks/s")
     runs = [measure(config, args.data_dir, rows, r) for r in range(args.rounds) for config in CONFIGS]
