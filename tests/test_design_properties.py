@@ -551,7 +551,7 @@ def test_every_score_is_in_the_unit_interval(question: str, answer: str, referen
         assert all(0 <= v <= 1 for v in values), scores
         overall = Evaluation.from_scores(scores, weights).overall
         if overall is not None:
-            assert 0 <= overall <= 1 and min(values) - 1e-9 <= overall <= max(values) + 1e-9
+            assert 0 <= overall <= 1 and min(values) - 5e-5 <= overall <= max(values) + 5e-5  # rounded to 4 places
         EvaluationReport.of(Evaluation.from_scores(scores, weights), False, [])  # the API's model accepts them
 
 
