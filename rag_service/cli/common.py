@@ -8,6 +8,7 @@ import functools
 import json
 import logging
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
@@ -63,6 +64,14 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper
+
+
+def parse_id(value: str, what: str) -> uuid.UUID:
+    """A command's id argument, or a clear error naming what it should be."""
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise InvalidInputError(f"{value!r} is not {what} (a UUID)") from None
 
 
 def emit_json(payload: dict[str, Any]) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -12,7 +11,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-from rag_service.cli.common import JsonFlag, app, emit_json, handle_errors, run_with_runtime, settings, stderr
+from rag_service.cli.common import (
+    JsonFlag,
+    app,
+    emit_json,
+    handle_errors,
+    parse_id,
+    run_with_runtime,
+    settings,
+    stderr,
+)
 from rag_service.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -98,10 +106,7 @@ app.add_typer(jobs_app, name="jobs")
 def jobs_show(job_id: Annotated[str, typer.Argument(help="Job id printed by `ingest --queue`.")],
               as_json: JsonFlag = False) -> None:
     """Status, progress, counts and per-file errors of one job."""
-    try:
-        parsed = uuid.UUID(job_id)
-    except ValueError:
-        raise InvalidInputError(f"{job_id!r} is not a job id (a UUID)") from None
+    parsed = parse_id(job_id, "a job id")
 
     async def fetch(runtime: Runtime) -> dict[str, Any]:
         # Dates as str() shows them ("2026-11-22 10:00:00+00:00"), as this command always has.

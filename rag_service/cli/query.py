@@ -17,6 +17,7 @@ from rag_service.cli.common import (
     emit_json,
     handle_errors,
     model_json,
+    parse_id,
     run_with_runtime,
     stderr,
     validated,
@@ -189,14 +190,7 @@ app.add_typer(traces_app, name="traces")
 def traces_show(query_id: Annotated[str, typer.Argument(help="The query_id an answer carried.")],
                 as_json: JsonFlag = False) -> None:
     """A query's trace: steps and their times, route, each strategy's ranks, errors, evaluation."""
-    import uuid
-
-    from rag_service.errors import InvalidInputError
-
-    try:
-        wanted = uuid.UUID(query_id)
-    except ValueError:
-        raise InvalidInputError(f"{query_id!r} is not a query id (a UUID, as query_id in an answer)") from None
+    wanted = parse_id(query_id, "a query id (query_id in an answer)")
 
     async def work(runtime: Runtime) -> dict:
         return (await runtime.traces.get(wanted)).model_dump(mode="json")

@@ -23,6 +23,7 @@ against the fake Langfuse catch an SDK that changes it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import queue
@@ -39,6 +40,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from rag_service.observability.trace_tree import Observation, TraceRecord, sampled
+from rag_service.text.walk import map_strings
 
 log = logging.getLogger(__name__)
 
@@ -164,20 +166,8 @@ class LangfuseTracer:
                                       score_id=score.id, data_type="NUMERIC", comment=score.comment)
 
     def _emit(self, node: Observation, context: Any, trace_attributes: dict[str, Any] | None = None) -> None:
-        from langfuse import (
-            LangfuseChain,
-            LangfuseEvaluator,
-            LangfuseEvent,
-            LangfuseGeneration,
-            LangfuseGuardrail,
-            LangfuseOtelSpanAttributes,
-            LangfuseRetriever,
-            LangfuseSpan,
-        )
+        from langfuse import LangfuseOtelSpanAttributes
 
-        kinds: dict[str, Any] = {"span": LangfuseSpan, "generation": LangfuseGeneration, "event": LangfuseEvent,
-                                 "retriever": LangfuseRetriever, "guardrail": LangfuseGuardrail,
-                                 "evaluator": LangfuseEvaluator, "chain": LangfuseChain}
         span = self._client._otel_tracer.start_span(name=node.name, context=context, start_time=_ns(node.start))
         if trace_attributes is not None:
             span.set_attribute(LangfuseOtelSpanAttributes.AS_ROOT, True)
@@ -190,7 +180,7 @@ class LangfuseTracer:
                                   if node.status_message else None}
         if node.kind == "generation":
             fields.update(model=node.model, usage_details=node.usage, cost_details=node.cost)
-        observation = kinds[node.kind](otel_span=span, langfuse_client=self._client, **fields)
+        observation = _observation_classes()[node.kind](otel_span=span, langfuse_client=self._client, **fields)
         if node.prompt is not None:
             span.set_attribute(LangfuseOtelSpanAttributes.OBSERVATION_PROMPT_NAME, node.prompt[0])
             span.set_attribute(LangfuseOtelSpanAttributes.OBSERVATION_PROMPT_VERSION, node.prompt[1])
@@ -230,6 +220,24 @@ class LangfuseTracer:
         stopper.join(max(0.1, deadline - time.monotonic()))
 
 
+@functools.cache
+def _observation_classes() -> dict[str, Any]:
+    """The SDK's observation class for each kind of node (imported once tracing is on)."""
+    from langfuse import (
+        LangfuseChain,
+        LangfuseEvaluator,
+        LangfuseEvent,
+        LangfuseGeneration,
+        LangfuseGuardrail,
+        LangfuseRetriever,
+        LangfuseSpan,
+    )
+
+    return {"span": LangfuseSpan, "generation": LangfuseGeneration, "event": LangfuseEvent,
+            "retriever": LangfuseRetriever, "guardrail": LangfuseGuardrail, "evaluator": LangfuseEvaluator,
+            "chain": LangfuseChain}
+
+
 def _client(public_key: str, secret_key: str, host: str, environment: str, redact: Callable[[str], str] | None) -> Any:
     from langfuse import Langfuse  # imported only when tracing is on: it starts OpenTelemetry machinery
 
@@ -237,21 +245,11 @@ def _client(public_key: str, secret_key: str, host: str, environment: str, redac
 
     # A provider of our own: the SDK would otherwise install its provider as OpenTelemetry's global.
     provider = TracerProvider(resource=Resource.create({"service.name": "rag-service", "service.version": __version__}))
-    mask = (lambda *, data, **_: _redact_deep(redact, data)) if redact is not None else None
+    mask = (lambda *, data, **_: map_strings(redact, data)) if redact is not None else None
     # Everything the SDK would otherwise take from LANGFUSE_* variables is given, so Settings decide.
     return Langfuse(public_key=public_key, secret_key=secret_key, base_url=host, timeout=TIMEOUT_S, mask=mask,
                     environment=environment, release=__version__, tracer_provider=provider, sample_rate=1.0,
                     tracing_enabled=True, flush_at=512, flush_interval=5.0)
-
-
-def _redact_deep(redact: Callable[[str], str], value: Any) -> Any:
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {k: _redact_deep(redact, v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_redact_deep(redact, v) for v in value]
-    return value
 
 
 def _trace_attributes(record: TraceRecord, redact: Callable[[str], str]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 from rag_service.domain import MAX_QUESTION_CHARS
 from rag_service.errors import InvalidInputError
 from rag_service.text.injection import injection_flags
+from rag_service.text.walk import map_strings
 
 __all__ = ["injection_flags"]  # with the input checks' other names; the patterns live in rag_service.text
 
@@ -107,13 +108,7 @@ def mask_pii(text: str) -> str:
 
 def mask_pii_deep(value: Any) -> Any:
     """``mask_pii`` applied to every string inside dicts and lists (for stored JSON)."""
-    if isinstance(value, str):
-        return mask_pii(value)
-    if isinstance(value, dict):
-        return {k: mask_pii_deep(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [mask_pii_deep(v) for v in value]
-    return value
+    return map_strings(mask_pii, value)
 
 
 
