@@ -15,6 +15,7 @@ from ingestion.pipeline import IngestOptions
 from rag_service.api.auth import IngesterDep, ReaderDep, check_collection, check_readable, role
 from rag_service.api.deps import RuntimeDep
 from rag_service.api.uploads import MULTIPART_SCHEMA, DocumentCreate, UploadBatch, read_upload_request
+from rag_service.db.repos.answers import forget_documents
 from rag_service.domain import COLLECTION_PATTERN, Caller, DocumentSummary, JobView, StoredChunk
 from rag_service.errors import ForbiddenError, NotFoundError, OverloadedError
 from rag_service.runtime import Runtime
@@ -168,12 +169,15 @@ async def readable_document(runtime: Runtime, caller: Caller, document_id: uuid.
 
 
 @router.delete("/documents/{document_id}", status_code=204, summary="Delete a document and its chunks",
+               description="Its chunks and keyword index entries go with it. Logged answers (and reviewers' golden "
+                           "items) that cite it stay readable: in the same transaction their citations of it are "
+                           "marked `deleted` and lose their quotes, and stored traces mark its passages `deleted`.",
                responses={404: {"description": "No such document"}}, **role("ingester"))
 async def delete_document(document_id: uuid.UUID, runtime: RuntimeDep, caller: IngesterDep) -> Response:
     if not caller.local:  # a key deletes only what it may read
         found = await runtime.catalog.get(document_id)
         if found is not None:
             check_readable(caller, found[0].collection, found[0].acl, f"document {document_id}")
-    if not await runtime.store.delete_document(document_id):
+    if not await runtime.store.delete_document(document_id, before_delete=forget_documents):
         raise NotFoundError(f"no document {document_id}")
     return Response(status_code=204)

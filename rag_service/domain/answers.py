@@ -25,8 +25,11 @@ class Citation(BaseModel):
     title: str | None
     start_char: int = Field(description="Offsets of the quoted span in the document.")
     end_char: int
-    quote: str
+    quote: str = Field(description="The quoted span; empty once the document is deleted.")
     verified: bool
+    deleted: bool = Field(default=False, description=(
+        "The cited document was deleted after the answer: the citation still says where it pointed, without "
+        "the quote."))
 
 
 class GeneratedAnswer(BaseModel):

@@ -21,6 +21,7 @@ class TraceCandidate(BaseModel):
     title: str | None = None
     score: float | None = None
     ranks: dict[str, int] = Field(default_factory=dict, description="Rank in each strategy's list that found it.")
+    deleted: bool = Field(default=False, description="Its document was deleted after the query.")
 
 
 class QueryTrace(BaseModel):

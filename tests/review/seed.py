@@ -50,11 +50,28 @@ async def seed_answer(db: Database, *, collection: str = "kb", question: str = "
                               generator="extractive", model=None, prompt_name=prompt_name,
                               prompt_version=prompt_version, timings={}, context=context or [], held=held),
         subject=None, question_hash=question_hash, evaluation=report, review=trigger, api_key_id=api_key_id)
+    await _cited_documents_exist(db, collection, citations or [])
     await QueryLog(db).record(entry)
     async with db.connect() as conn:
         review_id = (await conn.execute(text("SELECT id FROM review_items WHERE query_id = :q"),
                                         {"q": query_id})).scalar_one_or_none()
     return query_id, review_id
+
+
+async def _cited_documents_exist(db: Database, collection: str, citations: list[dict[str, Any]]) -> None:
+    """The documents the citations name, created when missing: the pipeline cites only documents
+    that exist, and the query log forgets citations of any deleted before the answer was logged."""
+    if not citations:
+        return
+    async with db.begin() as conn:
+        collection_id = (await conn.execute(text(
+            "INSERT INTO collections (name) VALUES (:n) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name "
+            "RETURNING id"), {"n": collection})).scalar_one()
+        for document_id in sorted({str(c["document_id"]) for c in citations}):
+            await conn.execute(text(
+                "INSERT INTO documents (id, collection_id, source_uri, title, content_hash) "
+                "VALUES (:id, :c, :uri, 'Help', 'h') ON CONFLICT DO NOTHING"),
+                {"id": document_id, "c": collection_id, "uri": f"help-{document_id}.md"})
 
 
 def seed(db_run: Callable[..., Any], **kwargs: Any) -> tuple[uuid.UUID, uuid.UUID | None]:

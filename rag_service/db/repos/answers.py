@@ -1,14 +1,17 @@
-"""Logged answers as their askers see them (for ``GET /v1/answers/{id}``), and user feedback on
-them, which may queue an answer for review."""
+"""Logged answers as their askers see them (for ``GET /v1/answers/{id}``), user feedback on
+them, which may queue an answer for review, and what deleting a document does to them."""
 
 from __future__ import annotations
 
+import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rag_service.db.engine import Database
 from rag_service.db.repos.reviews import enqueue
@@ -80,3 +83,74 @@ class AnswerRepository:
                                           question_hash=record.question_hash, trigger=trigger,
                                           prompt_name=record.prompt_name, prompt_version=record.prompt_version)
         return feedback_id, review_id
+
+
+# What a citation of a deleted document keeps: where it pointed (ids, source, title, offsets), not
+# the quote, which is the deleted document's text.
+_FORGOTTEN_CITATION = json.dumps({"deleted": True, "quote": ""})
+_FORGOTTEN_PASSAGE = json.dumps({"deleted": True})
+
+
+def _naming(array: str, key: str) -> str:
+    """SQL: the JSON array ``array`` has an element whose ``key`` is in :ids, not yet marked deleted."""
+    return (f"EXISTS (SELECT 1 FROM jsonb_array_elements({array}) AS e(c) WHERE e.c->>'{key}' = ANY(:ids) "
+            "AND NOT COALESCE((e.c->>'deleted')::boolean, false))")
+
+
+def _forgotten(array: str, key: str) -> str:
+    """SQL: the JSON array ``array``, its elements whose ``key`` is in :ids merged with :mark."""
+    return (f"(SELECT COALESCE(jsonb_agg(CASE WHEN e.c->>'{key}' = ANY(:ids) THEN e.c || CAST(:mark AS jsonb) "
+            f"ELSE e.c END ORDER BY e.i), '[]'::jsonb) FROM jsonb_array_elements({array}) WITH ORDINALITY AS e(c, i))")
+
+
+_FORGET_CITATIONS = "UPDATE {table} SET citations = {new} WHERE {where}"
+_FORGET_PASSAGES = (
+    "UPDATE query_traces SET trace = jsonb_set(trace, '{{candidates}}', {new}) WHERE collection = :collection "
+    "AND jsonb_typeof(trace->'candidates') = 'array' AND {where}")
+
+
+async def forget_documents(conn: AsyncConnection, document_ids: Sequence[uuid.UUID]) -> None:
+    """Before documents are deleted, in the deleting transaction: every logged answer and golden
+    item that cites them keeps its text, but those citations are marked ``deleted`` and lose their
+    quotes; stored traces mark the passages of those documents ``deleted`` (they hold no text).
+
+    The documents are locked first (FOR UPDATE): an answer being logged meanwhile locks the
+    documents it cites (``forget_vanished``), so it either commits before the updates below read
+    the answers, or waits and then finds its documents gone."""
+    if not document_ids:
+        return
+    ids = sorted({str(i) for i in document_ids})
+    sources = (await conn.execute(text(
+        "SELECT c.name AS collection, d.source_uri FROM documents d JOIN collections c ON c.id = d.collection_id "
+        "WHERE d.id = ANY(CAST(:ids AS uuid[])) ORDER BY d.id FOR UPDATE OF d"), {"ids": ids})).all()
+    if not sources:  # none of them exists (any more): nothing cites them that was not forgotten
+        return
+    for table in ("answers", "golden_items"):
+        await conn.execute(text(_FORGET_CITATIONS.format(
+            table=table, new=_forgotten("citations", "document_id"), where=_naming("citations", "document_id"))),
+            {"ids": ids, "mark": _FORGOTTEN_CITATION})
+    # A trace names its passages by chunk and source: the source also covers chunks of earlier versions.
+    by_collection: dict[str, list[str]] = {}
+    for row in sources:
+        by_collection.setdefault(row.collection, []).append(row.source_uri)
+    candidates = "trace->'candidates'"
+    for collection, uris in by_collection.items():
+        await conn.execute(text(_FORGET_PASSAGES.format(
+            new=_forgotten(candidates, "source_uri"), where=_naming(candidates, "source_uri"))),
+            {"collection": collection, "ids": uris, "mark": _FORGOTTEN_PASSAGE})
+
+
+async def forget_vanished(conn: AsyncConnection, query_id: uuid.UUID, document_ids: Sequence[str]) -> None:
+    """In the transaction logging answer ``query_id``: lock the documents it cites (FOR KEY SHARE,
+    so a delete waits for this commit and then forgets this answer too) and forget its citations
+    of those deleted while it was being answered."""
+    ids = sorted(set(document_ids))
+    if not ids:
+        return
+    present = set((await conn.execute(text(
+        "SELECT id::text FROM documents WHERE id = ANY(CAST(:ids AS uuid[])) ORDER BY id FOR KEY SHARE"),
+        {"ids": ids})).scalars())
+    if gone := [i for i in ids if i not in present]:
+        await conn.execute(text(
+            f"UPDATE answers SET citations = {_forgotten('citations', 'document_id')} WHERE query_id = :qid"),
+            {"ids": gone, "mark": _FORGOTTEN_CITATION, "qid": query_id})

@@ -14,6 +14,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 
 from rag_service.db.engine import Database
 from rag_service.db.models import Chunk, Collection, Document
+from rag_service.db.repos.answers import forget_documents
 from rag_service.domain import CollectionSummary, DocumentState, DocumentSummary, StoreCounts, StoredChunk
 
 # A collection that exists is remembered this long: collections are created far more rarely than
@@ -155,7 +156,8 @@ class DocumentCatalog:
         ]
 
     async def delete_missing(self, collection: str, keep_uris: set[str]) -> list[str]:
-        """Delete the collection's documents whose source URI is not in ``keep_uris`` (prune)."""
+        """Delete the collection's documents whose source URI is not in ``keep_uris`` (prune); the
+        answers citing them forget them in the same transaction (``forget_documents``)."""
         async with self._db.begin() as conn:
             rows = (await conn.execute(
                 select(Document.id, Document.source_uri).join(Collection, Collection.id == Document.collection_id)
@@ -163,5 +165,6 @@ class DocumentCatalog:
             )).all()
             doomed = [r for r in rows if r.source_uri not in keep_uris]
             if doomed:
+                await forget_documents(conn, [r.id for r in doomed])
                 await conn.execute(delete(Document).where(Document.id.in_([r.id for r in doomed])))
         return sorted(r.source_uri for r in doomed)

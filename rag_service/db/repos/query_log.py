@@ -10,6 +10,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.sql.expression import bindparam
 
 from rag_service.db.engine import Database
+from rag_service.db.repos.answers import forget_vanished
 from rag_service.db.repos.reviews import enqueue
 from rag_service.db.repos.scores import save_scores
 from rag_service.domain import EvaluationReport, QueryLogEntry, ReviewTrigger, Turn
@@ -69,6 +70,8 @@ class QueryLog:
                         bindparam("citations", type_=JSONB), bindparam("timings", type_=JSONB),
                         bindparam("context", type_=JSONB), bindparam("llm_tokens", type_=JSONB)),
                     {"id": uuid.uuid4(), "qid": entry.query_id, **entry.answer.model_dump()})
+                await forget_vanished(conn, entry.query_id,
+                                      [str(c["document_id"]) for c in entry.answer.citations if c.get("document_id")])
             if entry.evaluation is not None:
                 await save_scores(conn, entry.query_id, "local-v1", entry.evaluation)
             if entry.review is not None and entry.answer is not None:

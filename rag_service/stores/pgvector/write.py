@@ -8,7 +8,7 @@ checked on the temporary table before anything reaches ``chunks``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,9 @@ from rag_service.domain import ChunkRecord, DocumentRecord
 from rag_service.errors import InvalidInputError
 from rag_service.stores.pgvector.connection import PgStoreBase
 from rag_service.stores.pgvector.filters import PUBLIC_PRINCIPAL
+
+# Given the open transaction and the ids of the documents about to be deleted.
+BeforeDelete = Callable[[AsyncConnection, Sequence[uuid.UUID]], Awaitable[None]]
 
 _CHUNK_COLUMNS = (
     "id", "document_id", "parent_id", "ordinal", "text", "start_char", "end_char",
@@ -157,7 +160,11 @@ class PgWrites(PgStoreBase):
             embedding,
         )
 
-    async def delete_document(self, document_id: uuid.UUID) -> bool:
+    async def delete_document(self, document_id: uuid.UUID, *, before_delete: BeforeDelete | None = None) -> bool:
+        """``before_delete`` runs in the deleting transaction, before the rows go: what the caller
+        keeps about the document elsewhere in the database goes with it, or nothing goes."""
         async with self._db.begin() as conn:
+            if before_delete is not None:
+                await before_delete(conn, [document_id])
             result = await conn.execute(delete(Document).where(Document.id == document_id))
             return result.rowcount > 0
