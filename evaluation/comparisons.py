@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from evaluation.compare import Comparison, compare
 from evaluation.summary import run_scores
 from rag_service.db.repos.eval_runs import EvalRunRepository
-from rag_service.domain import LOWER_IS_BETTER, EvalItemResult, EvalRun
+from rag_service.domain import LOWER_IS_BETTER, EvalItemResult, EvalRun, TenantScope
 from rag_service.errors import ConflictError
 
 
@@ -26,11 +26,13 @@ class RunComparison:
 
 async def compare_runs(runs: EvalRunRepository, a: str, b: str, *, allow_different_datasets: bool = False,
                        confidence: float = 0.95, resamples: int = 10_000, worst: int = 10,
-                       worst_by: str | None = None, with_results: bool = False) -> RunComparison:
-    """Run B (the candidate) against run A (the baseline), paired by item; either given by id or name.
-    ``with_results`` loads the whole results too (answers, retrieved lists), as a report needs."""
+                       worst_by: str | None = None, with_results: bool = False,
+                       scope: TenantScope | None = None) -> RunComparison:
+    """Run B (the candidate) against run A (the baseline), paired by item; either given by id or name
+    (and in ``scope``: a caller's tenant). ``with_results`` loads the whole results too (answers,
+    retrieved lists), as a report needs."""
     started = time.perf_counter()
-    run_a, run_b = await runs.find(a), await runs.find(b)
+    run_a, run_b = await runs.find(a, scope), await runs.find(b, scope)
     if run_a.id == run_b.id:
         raise ConflictError(f"both sides are run {run_a.id}; compare two different runs")
     results_a = await runs.results(run_a.id) if with_results else None

@@ -35,7 +35,15 @@ from ingestion.pipeline import IngestOptions, Ingestor
 from rag_service.config import Settings
 from rag_service.db.repos.eval_runs import ALIVE_S, EvalRunRepository
 from rag_service.db.repos.prompts import PromptRepository
-from rag_service.domain import DatasetRef, EvalItemResult, EvalRun, EvalRunRequest
+from rag_service.domain import (
+    DEFAULT_TENANT,
+    DatasetRef,
+    EvalItemResult,
+    EvalRun,
+    EvalRunRequest,
+    collection_key,
+    tenant_of,
+)
 from rag_service.domain.costs import Prices
 from rag_service.errors import ConflictError, InvalidInputError, RagServiceError
 from rag_service.observability.logs import request_id
@@ -68,7 +76,7 @@ class RunnerParts:
     answer_prompt: str  # the prompt the configured generator answers with
     judge_prompt: str | None  # the LLM judge's prompt when it grades (its production version is recorded)
     prices: Prices
-    golden_rows: Callable[[], Awaitable[list[dict[str, Any]]]]
+    golden_rows: Callable[[str | None], Awaitable[list[dict[str, Any]]]]  # a tenant's golden items
     db_engine: Any  # for VACUUM ANALYZE after a fresh ingest
     tracer: TraceExporter | None = None  # Langfuse, when its keys are set: one trace per run
 
@@ -96,7 +104,8 @@ class EvalRunner:
 
     # --- the record -----------------------------------------------------------------------------
 
-    async def load(self, request: EvalRunRequest) -> Dataset:
+    async def load(self, request: EvalRunRequest, tenant: str = DEFAULT_TENANT) -> Dataset:
+        """The run's dataset; the golden dataset is the tenant's own reviewed answers."""
         kind, path = parse_dataset_spec(request.dataset)
         if kind == "beir":
             assert path is not None
@@ -104,14 +113,15 @@ class EvalRunner:
         if kind == "qa":
             assert path is not None
             return await asyncio.to_thread(load_qa, path)
-        return golden_dataset(await self._parts.golden_rows())
+        return golden_dataset(await self._parts.golden_rows(tenant))
 
-    async def create(self, request: EvalRunRequest, created_by: str | None = None) -> EvalRun:
-        """Check and record a run (status queued); nothing is executed yet."""
+    async def create(self, request: EvalRunRequest, created_by: str | None = None,
+                     tenant: str = DEFAULT_TENANT) -> EvalRun:
+        """Check and record a run (status queued) on a collection of ``tenant``; nothing is executed yet."""
         missing = [name for name in ("ranx", "ragas") if importlib.util.find_spec(name) is None]
         if missing:
             raise InvalidInputError(f"eval runs need {', '.join(missing)}: install the eval extra ({EVAL_EXTRA})")
-        dataset = await self.load(request)
+        dataset = await self.load(request, tenant)
         kind, path = parse_dataset_spec(request.dataset)
         if path is not None:  # a worker, or a resume from another directory, must find the same files
             request = request.model_copy(update={"dataset": f"{kind}:{path.resolve()}"})
@@ -123,7 +133,8 @@ class EvalRunner:
         ref = DatasetRef(kind=dataset.kind, name=dataset.name, version=dataset.version, split=dataset.split,
                          source=dataset.source, items=len(dataset))
         return await self._parts.runs.create(
-            name=request.name, dataset=ref, request=request, collection=run_collection(dataset, request),
+            name=request.name, dataset=ref, request=request,
+            collection=collection_key(tenant, run_collection(dataset, request)),
             config=config, config_hash=config_hash(config), code_version=code_version(),
             items_total=len(items) * request.repeat, created_by=created_by)
 
@@ -161,7 +172,7 @@ class EvalRunner:
         judge = await self._judge_versions(run)
         beat = asyncio.create_task(self._heartbeat(run_id))
         try:
-            dataset = await self.load(run.request)
+            dataset = await self.load(run.request, tenant_of(run.collection))
             if dataset.version != run.dataset.version:
                 raise ConflictError(f"the dataset changed since the run was created (version {run.dataset.version}, "
                                     f"now {dataset.version}); start a new run on the new data")

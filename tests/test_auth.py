@@ -21,11 +21,11 @@ from rag_service.api import create_app
 from rag_service.api.auth import (
     LOCAL_ADMIN,
     REQUIRED_ROLE,
-    check_collection,
     check_exposure,
     is_loopback,
     scope_principals,
     scoped,
+    scoped_collection,
 )
 from rag_service.config import load_settings
 from rag_service.db.engine import Database
@@ -371,12 +371,16 @@ def test_principals_narrow_but_never_widen() -> None:
 
 
 def test_collections_scope() -> None:
-    check_collection(KEY, "kb")
-    check_collection(LOCAL_ADMIN, "anything")
+    assert scoped_collection(KEY, "kb") == "kb"
+    assert scoped_collection(LOCAL_ADMIN, "anything") == "anything"
     with pytest.raises(ForbiddenError, match="'other'"):
-        check_collection(KEY, "other")
+        scoped_collection(KEY, "other")
     request = scoped(KEY, SearchRequest(query="x", collection="kb", principals=["legal"]))
     assert request.principals == ["legal"] and request.collection == "kb"
+    # Another tenant's key reads the same name as its own collection's key.
+    acme = KEY.model_copy(update={"tenant": "acme"})
+    assert scoped_collection(acme, "kb") == "acme/kb"
+    assert scoped(acme, QueryRequest(question="x", collection="kb")).collection == "acme/kb"
     assert scoped(KEY, QueryRequest(question="x", collection="kb")).principals == ["legal", "hr"]
     with pytest.raises(ForbiddenError):
         scoped(KEY, QueryRequest(question="x", collection="other"))

@@ -34,6 +34,7 @@ from rag_service.domain import (
     GuidelineSet,
     MetricScore,
     QueryRequest,
+    TenantScope,
 )
 from rag_service.domain.review import FeedbackRequest, ReviewClaim, ReviewDecisionRequest
 from rag_service.errors import ConflictError
@@ -275,7 +276,7 @@ async def test_a_review_claim_is_exclusive(database: Database, state: str, racer
     if via == "claim":
         outcomes = await asyncio.gather(*(repo.claim(review_id, r, 60) for r in reviewers), return_exceptions=True)
     else:
-        scope = ReviewScope(collections=[collection])
+        scope = ReviewScope(collections=TenantScope("default", (collection,)))
         outcomes = await asyncio.gather(*(repo.claim_next(r, 60, scope=scope) for r in reviewers),
                                         return_exceptions=True)
     wins = [o for o in outcomes if isinstance(o, ReviewClaim)]

@@ -24,8 +24,9 @@ Who a request runs as:
 - otherwise 401 (with ``WWW-Authenticate: Bearer``). Then 403 when the role lacks the grant
   (``GRANTS``: ingesters and reviewers also read, admins do everything).
 
-A key's scope is checked by the routes that take a collection or principals: ``scoped`` (query
-and search requests), ``check_collection``, ``check_readable``. The MCP endpoint (``api/mcp_http.py``)
+A key's tenant and scope are applied by the routes that take a collection or principals: ``scoped``
+(query and search requests), ``scoped_collection`` (a collection name to its tenant's key) and
+``check_readable`` (a stored thing by id). The MCP endpoint (``api/mcp_http.py``)
 authenticates its requests with ``authenticate`` too, and its tools check their role with
 ``check_grant`` and their scope with the same functions. Key lookups are cached for a few
 seconds (db/repos/keys.py), so a key revoked by another process stops working within that time.
@@ -42,7 +43,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from rag_service.domain import GRANTS, ROLES, Caller, QueryRequest, Role, SearchRequest
+from rag_service.domain import DEFAULT_TENANT, GRANTS, ROLES, Caller, QueryRequest, Role, SearchRequest, collection_name
 from rag_service.errors import ConfigError, ForbiddenError, NotFoundError, UnauthorizedError
 
 log = logging.getLogger(__name__)
@@ -145,9 +146,21 @@ def require(role: Role) -> Callable[..., Coroutine[Any, Any, Caller]]:
     return dependency
 
 
-def role(name: Role, *, openapi_extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Keyword arguments for a route decorator: the role's dependency and its OpenAPI marking."""
-    return {"dependencies": [Depends(require(name))], "openapi_extra": {**(openapi_extra or {}), REQUIRED_ROLE: name}}
+def role(name: Role, *, openapi_extra: dict[str, Any] | None = None, operator: bool = False) -> dict[str, Any]:
+    """Keyword arguments for a route decorator: the role's dependency and its OpenAPI marking;
+    ``operator``: the route changes what every tenant shares (``operator_only``)."""
+    dependencies = [Depends(require(name))] + ([Depends(operator_only)] if operator else [])
+    return {"dependencies": dependencies, "openapi_extra": {**(openapi_extra or {}), REQUIRED_ROLE: name}}
+
+
+async def operator_only(request: Request) -> None:
+    """A router dependency: prompts, guidelines and experiments serve every tenant, so only the
+    default tenant's keys (the operator's) read or change them. (The route's own dependency checks
+    the role and counts the request against the key's rate.)"""
+    caller = await authenticate(request, "reviewer")
+    if caller.tenant != DEFAULT_TENANT:
+        raise ForbiddenError(f"prompts, guidelines and experiments are shared by every tenant; only keys of the "
+                             f"{DEFAULT_TENANT!r} tenant (the operator's) use them; this key is of {caller.tenant!r}")
 
 
 ReaderDep = Annotated[Caller, Depends(require("reader"))]
@@ -156,12 +169,16 @@ ReviewerDep = Annotated[Caller, Depends(require("reviewer"))]
 AdminDep = Annotated[Caller, Depends(require("admin"))]
 
 
-# --- scope: a key's collections and principals ------------------------------------------------
+# --- scope: a key's tenant, collections and principals -----------------------------------------
 
-def check_collection(caller: Caller, collection: str) -> None:
+def scoped_collection(caller: Caller, collection: str) -> str:
+    """The stored key of the caller's collection ``collection`` (domain/tenants.py): a name is
+    always read in the caller's own tenant, so no request can address another tenant's data. A
+    collection outside the key's collection scope is a 403."""
     if not caller.may_touch(collection):
         allowed = ", ".join(caller.collections or ())
         raise ForbiddenError(f"this key may only use the collections {allowed}; not {collection!r}")
+    return caller.key_for(collection)
 
 
 def scope_principals(caller: Caller, requested: Sequence[str]) -> list[str]:
@@ -179,15 +196,19 @@ ScopedRequest = TypeVar("ScopedRequest", QueryRequest, SearchRequest)
 
 
 def scoped(caller: Caller, request: ScopedRequest) -> ScopedRequest:
-    """The request as this caller may run it: its collection checked, its principals the effective ones."""
-    check_collection(caller, request.collection)
-    return request.model_copy(update={"principals": scope_principals(caller, request.principals)})
+    """The request as this caller may run it: its collection the caller's tenant's (checked against
+    the key's scope), its principals the effective ones."""
+    return request.model_copy(update={"collection": scoped_collection(caller, request.collection),
+                                      "principals": scope_principals(caller, request.principals)})
 
 
-def check_readable(caller: Caller, collection: str, acl: Iterable[str], what: str) -> None:
-    """A single document (or job) seen through the key's scope: outside its collections is a
-    403; a document whose ACL names none of the key's principals does not exist for it (404)."""
-    check_collection(caller, collection)
+def check_readable(caller: Caller, key: str, acl: Iterable[str], what: str) -> None:
+    """A single stored thing (document, job, trace...) in collection ``key`` seen through the
+    caller's key: another tenant's does not exist for it (404, so ids reveal nothing); outside the
+    key's collections is a 403; a document whose ACL names none of the key's principals, a 404."""
+    if not caller.owns(key):
+        raise NotFoundError(f"no {what}")
+    scoped_collection(caller, collection_name(key))
     acl = [p for p in acl if p != "*"]
     if caller.principals is not None and acl and not set(acl) & set(caller.principals):
         raise NotFoundError(f"no {what}")

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from ingestion.jobs import enqueue, options_to_params
 from ingestion.pipeline import IngestOptions
-from rag_service.api.auth import IngesterDep, ReaderDep, check_collection, check_readable, role
+from rag_service.api.auth import IngesterDep, ReaderDep, check_readable, role, scoped_collection
 from rag_service.api.deps import RuntimeDep
 from rag_service.api.uploads import MULTIPART_SCHEMA, DocumentCreate, UploadBatch, read_upload_request
 from rag_service.db.repos.answers import forget_documents
@@ -91,14 +91,14 @@ async def create_documents(request: Request, runtime: RuntimeDep, caller: Ingest
 async def queue_ingestion(runtime: Runtime, queue: App, caller: Caller, batch: UploadBatch) -> JobAccepted:
     """Store an ingestion job with its uploads and queue it, once the caller's key may write the
     collection (POST /v1/documents; the MCP tool ``ingest_text``)."""
-    check_collection(caller, batch.collection)
+    collection = scoped_collection(caller, batch.collection)
     if (queued := await runtime.jobs.count_queued()) >= runtime.settings.max_queued_jobs:
         raise OverloadedError(f"{queued:,} ingestion jobs are waiting already (RAGSVC_MAX_QUEUED_JOBS "
                               f"{runtime.settings.max_queued_jobs:,}); retry later, or add workers", retry_after_s=30)
-    options = IngestOptions(collection=batch.collection, tags=tuple(batch.tags), lob=batch.lob,
+    options = IngestOptions(collection=collection, tags=tuple(batch.tags), lob=batch.lob,
                             acl=tuple(batch.acl), max_file_bytes=runtime.settings.ingest_max_file_bytes,
                             batch_documents=runtime.settings.ingest_batch_documents)
-    job_id = await runtime.jobs.create(batch.collection, options_to_params(options), batch.uploads)
+    job_id = await runtime.jobs.create(collection, options_to_params(options), batch.uploads)
     await enqueue(queue, job_id, runtime.jobs)
     return JobAccepted(job_id=job_id, status="queued", status_url=f"/v1/jobs/{job_id}")
 
@@ -114,10 +114,7 @@ async def get_job(job_id: uuid.UUID, runtime: RuntimeDep, caller: ReaderDep) -> 
 @router.get("/jobs", response_model=JobsPublic, summary="Ingestion jobs, newest first", **role("reader"))
 async def list_jobs(runtime: RuntimeDep, caller: ReaderDep, limit: Annotated[int, Query(ge=1, le=500)] = 50,
                     offset: Annotated[int, Query(ge=0)] = 0) -> JobsPublic:
-    jobs, total = await runtime.jobs.list(limit=limit, offset=offset)
-    if caller.collections is not None:  # a key limited to some collections sees their jobs only (this page's)
-        jobs = [j for j in jobs if caller.may_touch(j.collection)]
-        total = len(jobs)
+    jobs, total = await runtime.jobs.list(limit=limit, offset=offset, scope=caller.scope)
     return JobsPublic(data=[JobPublic.model_validate(j, from_attributes=True) for j in jobs], count=total)
 
 
@@ -140,12 +137,11 @@ async def list_documents(
 
 async def readable_documents(runtime: Runtime, caller: Caller, collection: str | None, *, limit: int,
                              offset: int) -> DocumentsPublic:
-    """A page of the documents the caller may read, in one collection or (None) in all (GET
-    /v1/documents; the MCP resource of a collection's documents)."""
-    if collection is not None:
-        check_collection(caller, collection)
-    documents, total = await runtime.catalog.list(collection, limit=limit, offset=offset,
-                                                  principals=caller.principals)
+    """A page of the documents the caller may read, in one collection or (None) in all of its
+    tenant's (GET /v1/documents; the MCP resource of a collection's documents)."""
+    key = scoped_collection(caller, collection) if collection is not None else None
+    documents, total = await runtime.catalog.list(key, limit=limit, offset=offset, principals=caller.principals,
+                                                  scope=caller.scope)
     return DocumentsPublic(data=[DocumentPublic.model_validate(d, from_attributes=True) for d in documents],
                            count=total)
 

@@ -21,7 +21,7 @@ from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field, JsonValue
 
 from rag_service import __version__
-from rag_service.api.auth import check_collection, scoped
+from rag_service.api.auth import scoped, scoped_collection
 from rag_service.api.documents import (
     DocumentsPublic,
     DocumentWithChunks,
@@ -190,7 +190,7 @@ async def _wait_for(call: McpCall, accepted: JobAccepted, document: DocumentCrea
         job = await jobs.get(accepted.job_id)
     document_id = None
     if job.status == "succeeded":
-        stored = await call.runtime.catalog.states(document.collection, [document.source_uri])
+        stored = await call.runtime.catalog.states(job.collection, [document.source_uri])
         document_id = stored[document.source_uri].id if document.source_uri in stored else None
     return IngestOutcome(job_id=job.id, status=job.status, status_url=accepted.status_url, report=job.report,
                          error=job.error, document_id=document_id)
@@ -204,7 +204,7 @@ async def list_collections() -> CollectionsPublic:
 
 async def _collections(call: McpCall) -> CollectionsPublic:
     caller = call.require("reader")
-    found = [c for c in await call.runtime.catalog.collections(caller.principals) if caller.may_touch(c.name)]
+    found = await call.runtime.catalog.collections(caller.principals, scope=caller.scope)
     return CollectionsPublic(data=found, count=len(found))
 
 
@@ -226,8 +226,8 @@ async def collection_documents(name: str, limit: str = "50", offset: str = "0") 
     page = _Page(limit=limit, offset=offset)  # type: ignore[arg-type]
     call = current()
     caller = call.require("reader")
-    check_collection(caller, name)  # first: a scoped key learns nothing of collections outside its scope
-    if not await call.runtime.catalog.collection_exists(name):
+    key = scoped_collection(caller, name)  # first: a scoped key learns nothing of collections outside its scope
+    if not await call.runtime.catalog.collection_exists(key):
         raise NotFoundError(f"collection {name!r} does not exist; see ragsvc://collections")
     return await readable_documents(call.runtime, caller, name, limit=page.limit, offset=page.offset)
 

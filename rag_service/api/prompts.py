@@ -3,7 +3,8 @@
 /v1/prompts/{name}/... and /v1/guidelines/... share one set of routes (``_versioned``): versions
 (list, show, create), diff, labels with their audit, moving a label, rollback. /v1/prompts/{name}/propose
 builds a candidate from reviews; /v1/experiments starts, reports, stops and promotes. Reading needs
-the reviewer role, every write the admin role."""
+the reviewer role, every write the admin role; all of them a key of the default tenant (the
+operator's), since prompts and guidelines serve every tenant."""
 
 
 import uuid
@@ -12,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from rag_service.api.auth import AdminDep, ReviewerDep, role
+from rag_service.api.auth import AdminDep, ReviewerDep, operator_only, role
 from rag_service.api.deps import RuntimeDep
 from rag_service.domain.prompts import (
     GUIDELINES_NAME,
@@ -30,8 +31,9 @@ from rag_service.domain.prompts import (
     RollbackRequest,
 )
 
-router = APIRouter(prefix="/v1")
-experiments_router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
+# Shared by every tenant: the default tenant's keys only (api/auth.py).
+router = APIRouter(prefix="/v1", dependencies=[Depends(operator_only)])
+experiments_router = APIRouter(prefix="/v1/experiments", tags=["experiments"], dependencies=[Depends(operator_only)])
 
 _NOT_FOUND = {404: {"description": "No such prompt, version or label"}}
 NameParam = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[a-z0-9_]+$")]

@@ -107,7 +107,8 @@ async def get_guidelines(runtime: RuntimeDep) -> GuidelinesPublic:
                         "RAGSVC_PROMOTION_REQUIRES_EVAL_RUN is set: then new guidelines go through "
                         "`/v1/guidelines/versions` and an eval run.",
             responses={409: {"description": "The offline promotion gate is required"},
-                       422: {"description": "Invalid guidelines (the body says what to fix)"}}, **role("admin"))
+                       422: {"description": "Invalid guidelines (the body says what to fix)"}},
+            **role("admin", operator=True))
 async def put_guidelines(body: GuidelinesUpdate, runtime: RuntimeDep, caller: AdminDep) -> GuidelinesPublic:
     runtime.prompts.refuse_ungated_production("guidelines", GUIDELINES_NAME, "new guidelines")
     version = await runtime.guidelines.put(body.guidelines, body.comment, author=caller.label)
@@ -127,7 +128,7 @@ async def query_trace(query_id: uuid.UUID, runtime: RuntimeDep, caller: ReaderDe
     trace = await runtime.traces.get(query_id)
     own = caller.local or trace.api_key_id == caller.key_id
     # Not this key's to read: 404, as for an unknown id (a 403 would confirm the query exists).
-    if (not own and not caller.can("reviewer")) or not caller.may_touch(trace.collection) \
+    if (not own and not caller.can("reviewer")) or not caller.scope.covers(trace.collection) \
             or caller.principals_not_held(trace.principals):
         raise NotFoundError(f"no trace of query {query_id} for this key (a reader key sees its own queries' "
                             "traces; a key sees none of another collection or of principals it does not hold)")

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from rag_service.api.auth import ReaderDep, ReviewerDep, check_collection, role
+from rag_service.api.auth import ReaderDep, ReviewerDep, role, scoped_collection
 from rag_service.api.deps import RuntimeDep
 from rag_service.domain import MetricName, ReviewStatus
 from rag_service.domain.review import (
@@ -51,7 +51,7 @@ async def list_reviews(
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> ReviewItemsPage:
     if collection is not None:
-        check_collection(caller, collection)
+        collection = scoped_collection(caller, collection)
     filters = ReviewFilters(status=status, reason=reason, metric=metric, prompt_name=prompt_name,
                             prompt_version=prompt_version, collection=collection)
     return await runtime.reviews.list(caller, filters, limit=limit, offset=offset)

@@ -4,8 +4,9 @@ exactly one JSON object on stdout; human-readable output and logs go to stderr o
 Commands live in small modules by topic; importing them registers them on ``app``."""
 
 # Imported in the order `ragsvc --help` lists the commands.
-from rag_service.cli import server, mcp, ingest, query, review, prompts, experiments, eval, db, keys  # isort: skip
+from rag_service.cli import server, mcp, ingest, query, review, prompts, experiments, eval, db, keys, tenants  # isort: skip
 from rag_service.cli.common import app
 
-__all__ = ["app", "db", "eval", "experiments", "ingest", "keys", "mcp", "prompts", "query", "review", "server"]
+__all__ = ["app", "db", "eval", "experiments", "ingest", "keys", "mcp", "prompts", "query", "review", "server",
+           "tenants"]
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rag_service.cli.common import JsonFlag, app, emit_json, handle_errors, model_json, run_with_runtime, stderr
-from rag_service.domain import ROLES
+from rag_service.domain import DEFAULT_TENANT, ROLES
 from rag_service.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -30,6 +30,10 @@ def keys_create(
     collection: Annotated[list[str] | None, typer.Option(
         "--collection", "-c", help="Collection the key may use (repeatable); none: all.")] = None,
     name: Annotated[str | None, typer.Option(help="A label for listings (who or what uses the key).")] = None,
+    tenant: Annotated[str, typer.Option(
+        "--tenant", "-t", help="The tenant whose collections the key works in; its collection names are its own. "
+                               "Prompts, guidelines and experiments are the default tenant's (the operator's).")
+    ] = DEFAULT_TENANT,
     as_json: JsonFlag = False,
 ) -> None:
     """Create a key and print it, once: only its hash is stored."""
@@ -37,14 +41,16 @@ def keys_create(
         raise InvalidInputError(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
 
     async def create(runtime: Runtime) -> tuple[ApiKeyView, str]:
-        return await runtime.keys.create(role, principal or (), collection or (), name)  # type: ignore[arg-type]
+        return await runtime.keys.create(role, principal or (), collection or (), name,  # type: ignore[arg-type]
+                                         tenant=tenant)
 
     view, key = run_with_runtime(create)
     if as_json:
         emit_json({"key": key, **view.model_dump(mode="json")})
         return
-    stderr.print(f"created a {view.role} key {view.id}" + (f" ({view.name})" if view.name else "")
-                 + ". It is shown this once; store it now:", highlight=False)
+    named = f" ({view.name})" if view.name else ""
+    stderr.print(f"created a {view.role} key {view.id} of tenant {view.tenant}{named}. It is shown this once; "
+                 "store it now:", highlight=False)
     typer.echo(key)
     stderr.print(f"use it as: curl -H 'Authorization: Bearer {view.prefix}...' http://HOST:PORT/v1/...",
                  highlight=False)
@@ -69,9 +75,14 @@ def keys_list(as_json: JsonFlag = False) -> None:
         emit_json(listing)
         return
     # The prefix identifies a key (for `keys revoke`); `--json` has the ids.
-    table = Table("prefix", "status", "role", "name", "principals", "collections", "created", "last used")
+    # The tenant column only once there are tenants besides the default one (a narrow terminal
+    # would otherwise squeeze every column of a single-tenant listing).
+    tenants = any(key["tenant"] != DEFAULT_TENANT for key in listing["data"])
+    table = Table("prefix", "status", "role", *(["tenant"] if tenants else []), "name", "principals", "collections",
+                  "created", "last used")
     for key in listing["data"]:
-        table.add_row(key["prefix"], "revoked" if key["revoked"] else "active", key["role"], key["name"] or "",
+        table.add_row(key["prefix"], "revoked" if key["revoked"] else "active", key["role"],
+                      *([key["tenant"]] if tenants else []), key["name"] or "",
                       ", ".join(key["principals"]) or "-", ", ".join(key["collections"]) or "all",
                       key["created_at"][:10], (key["last_used_at"] or "")[:16].replace("T", " "))
     Console().print(table)

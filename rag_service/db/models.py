@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import BigInteger, DateTime, ForeignKey, Integer, LargeBinary, String, Text, func
+from sqlalchemy import BigInteger, Computed, DateTime, ForeignKey, Integer, LargeBinary, String, Text, func
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -24,7 +24,9 @@ class Collection(Base):
     __tablename__ = "collections"
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    name: Mapped[str] = mapped_column(String(200), unique=True)
+    # The collection's key (domain/tenants.py): its name, prefixed by its tenant outside the default one.
+    name: Mapped[str] = mapped_column(String(264), unique=True)
+    tenant: Mapped[str] = mapped_column(Text, Computed("ragsvc_tenant_of(name)", persisted=True))
     description: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
@@ -74,7 +76,7 @@ class IngestJob(Base):
     __tablename__ = "ingest_jobs"
 
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
-    collection: Mapped[str] = mapped_column(String(200))
+    collection: Mapped[str] = mapped_column(String(264))
     status: Mapped[str] = mapped_column(String(20))  # queued | running | succeeded | failed
     params: Mapped[dict[str, Any]] = mapped_column(JSONB)
     progress: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)

@@ -90,9 +90,27 @@ from rag_service.domain.routing import (
 )
 from rag_service.domain.search import SearchRequest, SearchResponse, SearchResultPublic
 from rag_service.domain.strategies import StrategyName, check_strategy_names, strategy_names
+from rag_service.domain.tenants import (
+    DEFAULT_TENANT,
+    TENANT_PATTERN,
+    CollectionKey,
+    TenantScope,
+    collection_key,
+    collection_name,
+    no_such_collection,
+    tenant_of,
+)
 from rag_service.domain.traces import QueryTrace, TraceCandidate
 
 __all__ = [
+    "DEFAULT_TENANT",
+    "TENANT_PATTERN",
+    "CollectionKey",
+    "TenantScope",
+    "collection_key",
+    "collection_name",
+    "no_such_collection",
+    "tenant_of",
     "QueryTrace", "TraceCandidate",
     "IR_METRICS", "LATENCY_METRIC", "LOWER_IS_BETTER", "RAGAS_OFFLINE_METRICS", "REFERENCE_CORRECTNESS",
     "SEVEN_METRICS", "SQUAD_METRICS",

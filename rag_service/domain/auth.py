@@ -9,6 +9,8 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
+from rag_service.domain.tenants import DEFAULT_TENANT, TenantScope, collection_key, tenant_of
+
 Role = Literal["reader", "ingester", "reviewer", "admin", "monitor"]
 ROLES: tuple[Role, ...] = get_args(Role)
 
@@ -31,6 +33,8 @@ class Caller(BaseModel):
     key_id: uuid.UUID | None = None  # None: the local admin (no keys exist, loopback server)
     name: str | None = None
     role: Role
+    # The tenant whose collections the caller works in (domain/tenants.py); the local admin's is the default.
+    tenant: str = DEFAULT_TENANT
     # The ACL principals the caller holds; None means unrestricted (the local admin).
     principals: tuple[str, ...] | None = None
     # Collections the key may touch; None means all.
@@ -51,7 +55,22 @@ class Caller(BaseModel):
         return f"{self.name} ({self.key_id})" if self.name else str(self.key_id)
 
     def may_touch(self, collection: str) -> bool:
+        """Whether the key's collection scope covers this collection name (of its own tenant)."""
         return self.collections is None or collection in self.collections
+
+    def key_for(self, collection: str) -> str:
+        """The stored key of this caller's tenant's collection ``collection``."""
+        return collection_key(self.tenant, collection)
+
+    def owns(self, key: str) -> bool:
+        """Whether a stored collection key belongs to this caller's tenant."""
+        return tenant_of(key) == self.tenant
+
+    @property
+    def scope(self) -> TenantScope:
+        """What listings show this caller: its tenant's collections, those in its key's scope."""
+        keys = None if self.collections is None else tuple(self.key_for(c) for c in self.collections)
+        return TenantScope(self.tenant, keys)
 
     def principals_not_held(self, requested: Iterable[str]) -> list[str]:
         """The requested principals this caller does not hold (none when it is unrestricted)."""
@@ -76,6 +95,7 @@ class ApiKeyView(BaseModel):
     name: str | None
     prefix: str
     role: Role
+    tenant: str
     principals: list[str]
     collections: list[str]
     created_at: datetime

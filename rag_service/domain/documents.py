@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from rag_service.domain.tenants import CollectionKey
+
 JsonScalar = str | int | float | bool | None
 # Collection names as the API and CLI accept them.
 COLLECTION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$"
@@ -20,7 +22,7 @@ class DocumentRecord(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4)
-    collection: str = Field(min_length=1, max_length=200)
+    collection: CollectionKey = Field(min_length=1, max_length=264)
     source_uri: str = Field(min_length=1, max_length=2000)
     title: str | None = None
     content_hash: str = Field(min_length=1, max_length=128)
@@ -160,7 +162,7 @@ class DocumentSummary(BaseModel):
     """A stored document as the catalog (and the documents API) shows it."""
 
     id: uuid.UUID
-    collection: str
+    collection: CollectionKey
     source_uri: str
     title: str | None
     version: int
@@ -190,7 +192,7 @@ class StoredChunk(BaseModel):
 class CollectionSummary(BaseModel):
     """A collection as listings show it to a caller."""
 
-    name: str
+    name: CollectionKey
     description: str | None
     documents: int = Field(description="Documents in it the caller may read.")
     created_at: datetime

@@ -15,6 +15,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, Field
 
 from rag_service.domain.documents import COLLECTION_PATTERN
+from rag_service.domain.tenants import CollectionKey
 
 EvalMode = Literal["retrieval", "full"]
 EvalStatus = Literal["queued", "running", "finished", "failed"]
@@ -72,7 +73,7 @@ class EvalRun(BaseModel):
     status: EvalStatus
     dataset: DatasetRef
     mode: EvalMode
-    collection: str
+    collection: CollectionKey
     request: EvalRunRequest
     config: dict[str, Any] = Field(description="The configuration snapshot the run used.")
     config_hash: str

@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from rag_service.domain.tenants import CollectionKey
+
 JobStatus = Literal["queued", "running", "succeeded", "failed"]
 
 
@@ -25,7 +27,7 @@ class Upload:
 
 class JobView(BaseModel):
     id: uuid.UUID
-    collection: str
+    collection: CollectionKey
     status: JobStatus = Field(description="queued | running | succeeded | failed")
     params: dict[str, Any]
     progress: dict[str, Any]

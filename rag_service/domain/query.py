@@ -16,6 +16,7 @@ from rag_service.domain.intent import Intent
 from rag_service.domain.retrieval import Iteration
 from rag_service.domain.review import ReviewTrigger
 from rag_service.domain.routing import RouteDecision
+from rag_service.domain.tenants import CollectionKey
 
 MAX_QUESTION_CHARS = 2000
 Outcome = Literal["answered", "no_answer", "clarification", "declined", "pending_review"]
@@ -47,7 +48,7 @@ class QueryRequest(BaseModel):
 
     question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS * 2,
                           description="The question (control characters are removed; 2,000 characters at most).")
-    collection: str = Field(default="default", pattern=COLLECTION_PATTERN)
+    collection: CollectionKey = Field(default="default", pattern=COLLECTION_PATTERN)
     conversation_id: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"^[\w.:-]+$",
                                         description="Follow-ups with the same id resolve references to earlier "
                                                     "turns.")
@@ -143,7 +144,7 @@ class QueryLogEntry(BaseModel):
 
     query_id: uuid.UUID
     conversation_id: str | None
-    collection: str
+    collection: CollectionKey
     principals: list[str]
     question: str
     resolved_question: str | None

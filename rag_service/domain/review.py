@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rag_service.domain.answers import Citation
 from rag_service.domain.evaluation import MetricName, MetricValue
+from rag_service.domain.tenants import CollectionKey
 
 ReviewStatus = Literal["pending", "claimed", "approved", "rejected", "edited", "expired"]
 REVIEW_STATUSES: tuple[ReviewStatus, ...] = get_args(ReviewStatus)
@@ -86,7 +87,7 @@ class ReviewItemSummary(BaseModel):
 
     id: uuid.UUID = Field(description="The review item.")
     answer_id: uuid.UUID = Field(description="The answer under review (its query id: GET /v1/answers/{answer_id}).")
-    collection: str
+    collection: CollectionKey
     status: ReviewStatus
     tier: ReviewTier = Field(description="high items come first, whatever their priority.")
     trigger: str = Field(description="What queued it: evaluator, feedback, or both joined by '+'.")
@@ -287,7 +288,7 @@ class AnswerView(BaseModel):
         description="answered: delivered as generated; pending_review: held until a reviewer decides; "
                     "reviewed: held and approved (the answer) or edited (the corrected answer); rejected: held "
                     "and rejected (no answer); expired: held and never reviewed (no answer).")
-    collection: str
+    collection: CollectionKey
     question: str
     answer: str | None
     short_answer: str | None = None

@@ -15,13 +15,14 @@ from rag_service.domain.documents import COLLECTION_PATTERN
 from rag_service.domain.query import SearchFilters
 from rag_service.domain.retrieval import MAX_QUERY_CHARS, MAX_TOP_K, Iteration, RerankReport
 from rag_service.domain.strategies import StrategyName
+from rag_service.domain.tenants import CollectionKey
 
 
 class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    collection: str = Field(default="default", pattern=COLLECTION_PATTERN)
+    collection: CollectionKey = Field(default="default", pattern=COLLECTION_PATTERN)
     strategies: list[StrategyName] | None = Field(
         default=None, min_length=1, description="Default: the service's configured strategies."
     )
@@ -56,7 +57,7 @@ class SearchResultPublic(BaseModel):
 
 class SearchResponse(BaseModel):
     query: str
-    collection: str
+    collection: CollectionKey
     results: list[SearchResultPublic]
     confidence: float | None = Field(description="From the fused scores, 0-1; null when nothing could judge them.")
     iterations: list[Iteration]

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from rag_service.domain.evaluation import EvaluationReport
 from rag_service.domain.query import RetrievalSummary, StepRecord
+from rag_service.domain.tenants import CollectionKey
 
 
 class TraceCandidate(BaseModel):
@@ -26,7 +27,7 @@ class TraceCandidate(BaseModel):
 
 class QueryTrace(BaseModel):
     query_id: uuid.UUID
-    collection: str
+    collection: CollectionKey
     api_key_id: uuid.UUID | None = Field(default=None, exclude=True)  # who asked: readers see their own
     # The principals the query ran with: a key must hold them all to read the trace (its passages may
     # be restricted documents), as for GET /v1/answers/{id}.

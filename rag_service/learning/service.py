@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from rag_service.db.repos.experiments import ExperimentRepository
 from rag_service.db.repos.guidelines import GuidelineRepository
 from rag_service.db.repos.prompts import PromptRepository
-from rag_service.domain import Caller, GuidelineSet
+from rag_service.domain import Caller, GuidelineSet, TenantScope
 from rag_service.domain.costs import Prices
 from rag_service.domain.prompts import (
     CANDIDATE,
@@ -351,7 +351,9 @@ class LearningReviews:
         their question/answer pairs as worked examples (deduplicated, length-bounded) and, with an
         LLM configured, the template rewritten from the reviewers' feedback texts."""
         production = await self.prompts.prompts.by_label("prompt", name, PRODUCTION)
-        rows = await self.reviews.repository.reviewed_examples(name, limit=last)
+        # Only the caller's tenant's reviews: the prompt serves every tenant, so it must not carry
+        # another tenant's questions and answers (the routes let only the default tenant's admins propose).
+        rows = await self.reviews.repository.reviewed_examples(name, limit=last, scope=TenantScope(caller.tenant))
         if not rows:
             raise NotFoundError(f"no approved or edited reviews of prompt {name!r} yet; decide some first")
         examples = worked_examples([ReviewedExample(str(r["review_id"]), r["question"], r["answer"]) for r in rows])

@@ -37,6 +37,7 @@ from rag_service.domain import (
     RetrievalResult,
     RouteDecision,
     SearchRequest,
+    no_such_collection,
 )
 from rag_service.domain.prompts import PromptChoice, assignment_unit
 from rag_service.errors import NotFoundError, RagServiceError
@@ -141,7 +142,7 @@ class QueryPipeline:
         checked: InputCheck = await run.run_step(Step("guardrails", "guardrails", guard))
         retrieval_request = _scope(request, checked.text)  # filters/principals checked early (422)
         if not await self._collections.collection_exists(request.collection):
-            raise NotFoundError(f"collection {request.collection!r} does not exist; ingest documents into it first")
+            raise NotFoundError(no_such_collection(request.collection))
 
         async def parse() -> Intent:
             return await self._parse(request, checked.text, now)

@@ -82,7 +82,7 @@ class ReviewService:
         was asked with the same key, unless the caller reviews (reviewers and admins see every
         answer, the local operator too). Otherwise "not found", so ids reveal nothing."""
         record = await self.answers.answer(answer_id)
-        visible = record is not None and (caller.collections is None or record.collection in caller.collections)
+        visible = record is not None and caller.scope.covers(record.collection)
         if visible and not (caller.local or caller.can("reviewer")):
             visible = record is not None and record.api_key_id == caller.key_id
         if visible and record is not None and caller.principals is not None:
@@ -107,4 +107,4 @@ class ReviewService:
 
 
 def _scope(caller: Caller) -> ReviewScope:
-    return ReviewScope(collections=caller.collections, principals=caller.principals)
+    return ReviewScope(collections=caller.scope, principals=caller.principals)

@@ -19,7 +19,7 @@ PAGE = 50
 
 @router.get("/eval-runs")
 async def eval_runs(request: Request, session: SessionDep, offset: Annotated[int, Query(ge=0)] = 0) -> HTMLResponse:
-    runs, count = await runtime(request).eval_runs.list(limit=PAGE, offset=offset)
+    runs, count = await runtime(request).eval_runs.list(limit=PAGE, offset=offset, scope=session.caller.scope)
     return render(request, "eval_runs.html", title="Eval runs", runs=runs, count=count,
                   previous=f"/review/eval-runs?offset={max(0, offset - PAGE)}" if offset else None,
                   next=f"/review/eval-runs?offset={offset + PAGE}" if offset + PAGE < count else None)
@@ -33,9 +33,10 @@ async def report(request: Request, run_id: uuid.UUID, session: SessionDep,
 
     runs = runtime(request).eval_runs
     if against:
-        found = await compare_runs(runs, against, str(run_id), with_results=True)
+        found = await compare_runs(runs, against, str(run_id), with_results=True, scope=session.caller.scope)
         page = await asyncio.to_thread(render_html, found.run_b, found.results_b, against=found.run_a,
                                        against_results=found.results_a, comparison=found.comparison)
     else:
-        page = await asyncio.to_thread(render_html, await runs.get(run_id), await runs.results(run_id))
+        run = await runs.get(run_id, session.caller.scope)
+        page = await asyncio.to_thread(render_html, run, await runs.results(run_id))
     return HTMLResponse(page)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Form, Query, Request, Response
+from fastapi import APIRouter, Depends, Form, Query, Request, Response
 from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 
@@ -14,9 +14,9 @@ from rag_service.domain.prompts import CANDIDATE, PRODUCTION, ExperimentRequest
 from rag_service.errors import RagServiceError
 from rag_service.web.charts import Series, histogram_svg
 from rag_service.web.pages import ConsolePage, invalid, redirect, render
-from rag_service.web.sessions import FormSessionDep, SessionDep, require_admin, runtime
+from rag_service.web.sessions import FormSessionDep, SessionDep, operator_session, require_admin, runtime
 
-router = APIRouter(route_class=ConsolePage)
+router = APIRouter(route_class=ConsolePage, dependencies=[Depends(operator_session)])
 
 Reason = Annotated[str, Form(max_length=2_000)]
 

@@ -14,6 +14,7 @@ from fastapi.routing import APIRoute
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from pydantic import ValidationError
 
+from rag_service.domain import collection_name
 from rag_service.errors import InvalidInputError, RagServiceError
 
 SIGN_IN = "/review/login"
@@ -55,7 +56,7 @@ def _when(value: datetime | None) -> str:
 
 TEMPLATES = Environment(loader=PackageLoader("rag_service.web", "templates"), autoescape=select_autoescape(["html"]),
                         undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-TEMPLATES.filters.update(number=_number, percent=_percent, age=_age, when=_when)
+TEMPLATES.filters.update(number=_number, percent=_percent, age=_age, when=_when, collection=collection_name)
 
 
 def render(request: Request, template: str, *, status_code: int = 200, error: str | None = None,

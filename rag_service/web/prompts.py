@@ -6,14 +6,14 @@ from __future__ import annotations
 from typing import Annotated
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Form, Path, Query, Request
+from fastapi import APIRouter, Depends, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from rag_service.domain.prompts import PRODUCTION, PromptKind
 from rag_service.web.pages import ConsolePage, redirect, render
-from rag_service.web.sessions import FormSessionDep, SessionDep, require_admin, runtime
+from rag_service.web.sessions import FormSessionDep, SessionDep, operator_session, require_admin, runtime
 
-router = APIRouter(route_class=ConsolePage)
+router = APIRouter(route_class=ConsolePage, dependencies=[Depends(operator_session)])
 
 Name = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[a-z0-9_]+$")]
 

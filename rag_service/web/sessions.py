@@ -15,7 +15,7 @@ from typing import Annotated
 from fastapi import Depends, Form, Request, Response
 
 from rag_service.db.repos.sessions import ConsoleSession, ConsoleSessionRepository
-from rag_service.domain import Role
+from rag_service.domain import DEFAULT_TENANT, Role
 from rag_service.errors import ForbiddenError
 from rag_service.runtime import Runtime
 from rag_service.web.pages import SignInRequired
@@ -54,6 +54,14 @@ async def form_session(session: SessionDep, csrf_token: Annotated[str, Form()] =
 
 
 FormSessionDep = Annotated[ConsoleSession, Depends(form_session)]
+
+
+async def operator_session(session: SessionDep) -> None:
+    """A router dependency for the pages of what every tenant shares (prompts, experiments): the
+    default tenant's keys only, as in the API (``api/auth.operator_only``)."""
+    if session.caller.tenant != DEFAULT_TENANT:
+        raise ForbiddenError("prompts and experiments are shared by every tenant; only keys of the "
+                             f"{DEFAULT_TENANT!r} tenant (the operator's) see them")
 
 
 def require_admin(session: ConsoleSession, what: str) -> None:

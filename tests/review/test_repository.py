@@ -14,7 +14,7 @@ from sqlalchemy import text
 from rag_service.config import load_settings
 from rag_service.db.engine import Database
 from rag_service.db.repos.reviews import ReviewRepository, ReviewScope, enqueue
-from rag_service.domain import Caller, ReviewTrigger
+from rag_service.domain import Caller, ReviewTrigger, TenantScope
 from rag_service.domain.review import FeedbackRequest, ReviewClaim, ReviewDecisionRequest, ReviewFilters
 from rag_service.errors import ConflictError, NotFoundError
 from rag_service.review.service import ReviewService
@@ -104,7 +104,7 @@ async def test_two_reviewers_racing_for_one_item_one_wins(database: Database, re
 async def test_concurrent_claim_next_hands_out_different_items(database: Database, repo: ReviewRepository) -> None:
     collection = fresh()
     items = {(await seed_answer(database, collection=collection))[1] for _ in range(3)}
-    scope = ReviewScope(collections=[collection])
+    scope = ReviewScope(collections=TenantScope("default", (collection,)))
     claims = await asyncio.gather(*(repo.claim_next(uuid.uuid4(), 60, scope=scope) for _ in range(5)))
     taken = [c.review_id for c in claims if c is not None]
     assert sorted(map(str, taken)) == sorted(map(str, items))  # each once, and two callers got nothing
@@ -116,7 +116,7 @@ async def test_claim_next_takes_the_highest_priority_item(database: Database, re
     await seed_answer(database, collection=collection, overall=0.75)
     _, urgent = await seed_answer(database, collection=collection, overall=0.3, tier="high")
     await seed_answer(database, collection=collection, overall=0.62)
-    claim = await repo.claim_next(ALICE, 60, scope=ReviewScope(collections=[collection]))
+    claim = await repo.claim_next(ALICE, 60, scope=ReviewScope(collections=TenantScope("default", (collection,))))
     assert claim is not None and claim.review_id == urgent and claim.claimed_by == ALICE
 
 
@@ -145,7 +145,7 @@ async def test_claiming_again_extends_ones_own_lease(database: Database, repo: R
 
 async def test_unknown_and_out_of_scope_items_are_not_found(database: Database, repo: ReviewRepository) -> None:
     _, review_id = await seed_answer(database, collection=fresh())
-    elsewhere = ReviewScope(collections=["elsewhere"])
+    elsewhere = ReviewScope(collections=TenantScope("default", ("elsewhere",)))
     for call in (repo.get(uuid.uuid4()), repo.claim(uuid.uuid4(), ALICE, 60),
                  repo.decide(uuid.uuid4(), ALICE, APPROVE), repo.get(review_id, scope=elsewhere),
                  repo.claim(review_id, ALICE, 60, scope=elsewhere)):
@@ -275,7 +275,8 @@ async def test_filters_and_pages(database: Database, repo: ReviewRepository) -> 
     page, count = await repo.list(ReviewFilters(collection=collection), limit=2, offset=2)
     assert count == 3 and len(page) == 1
     assert (await repo.list(ReviewFilters(collection=collection), limit=2))[0][0].id == b  # high tier first
-    assert (await repo.list(ReviewFilters(collection=collection), scope=ReviewScope(collections=["elsewhere"])))[1] == 0
+    assert (await repo.list(ReviewFilters(collection=collection), scope=ReviewScope(
+        collections=TenantScope("default", ("elsewhere",)))))[1] == 0
 
 
 async def test_upkeep_releases_lapsed_claims_and_expires_old_items(database: Database,

@@ -15,7 +15,15 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from rag_service.db.engine import Database
 from rag_service.db.models import Chunk, Collection, Document
 from rag_service.db.repos.answers import forget_documents
-from rag_service.domain import CollectionSummary, DocumentState, DocumentSummary, StoreCounts, StoredChunk
+from rag_service.db.tenancy import in_scope
+from rag_service.domain import (
+    CollectionSummary,
+    DocumentState,
+    DocumentSummary,
+    StoreCounts,
+    StoredChunk,
+    TenantScope,
+)
 
 # A collection that exists is remembered this long: collections are created far more rarely than
 # they are searched, and every query checks one.
@@ -38,15 +46,16 @@ class DocumentCatalog:
             self._known_collections[name] = now + KNOWN_COLLECTION_TTL_S
         return found
 
-    async def collections(self, principals: Sequence[str] | None = None) -> list[CollectionSummary]:
-        """Every collection by name, with how many of its documents ``principals`` may read (all
-        of them with None), counted as ``list`` would."""
+    async def collections(self, principals: Sequence[str] | None = None,
+                          scope: TenantScope | None = None) -> list[CollectionSummary]:
+        """The collections in ``scope`` (None: every tenant's) by name, with how many of their
+        documents ``principals`` may read (all of them with None), counted as ``list`` would."""
         documents = func.count(Document.id)
         if principals is not None:
             documents = documents.filter(Document.acl.overlap(cast(["*", *principals], ARRAY(Text))))
         stmt = (
             select(Collection.name, Collection.description, Collection.created_at, documents.label("documents"))
-            .outerjoin(Document, Document.collection_id == Collection.id)
+            .outerjoin(Document, Document.collection_id == Collection.id).where(in_scope(Collection.name, scope))
             .group_by(Collection.id).order_by(Collection.name)
         )
         async with self._db.connect() as conn:
@@ -118,19 +127,19 @@ class DocumentCatalog:
 
     async def list(
         self, collection: str | None = None, *, limit: int = 50, offset: int = 0,
-        principals: Sequence[str] | None = None,
+        principals: Sequence[str] | None = None, scope: TenantScope | None = None,
     ) -> tuple[list[DocumentSummary], int]:
-        """Documents, most recently updated first; with ``principals``, only those whose ACL
-        grants one of them (public documents carry "*", as in the store)."""
-        stmt = self._summary_select()
-        count = select(func.count()).select_from(Document)
+        """Documents of one collection (its key) or of every collection in ``scope`` (None: all),
+        most recently updated first; with ``principals``, only those whose ACL grants one of them
+        (public documents carry "*", as in the store)."""
+        stmt = self._summary_select().where(in_scope(Collection.name, scope))
+        count = (select(func.count()).select_from(Document)
+                 .join(Collection, Collection.id == Document.collection_id).where(in_scope(Collection.name, scope)))
         if principals is not None:
             granted = Document.acl.overlap(cast(["*", *principals], ARRAY(Text)))
             stmt, count = stmt.where(granted), count.where(granted)
         if collection is not None:
-            stmt = stmt.where(Collection.name == collection)
-            count = count.join(Collection, Collection.id == Document.collection_id).where(
-                Collection.name == collection)
+            stmt, count = stmt.where(Collection.name == collection), count.where(Collection.name == collection)
         stmt = stmt.order_by(Document.updated_at.desc(), Document.id).limit(limit).offset(offset)
         async with self._db.session() as session:
             rows = (await session.execute(stmt)).all()

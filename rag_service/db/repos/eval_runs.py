@@ -17,8 +17,9 @@ from sqlalchemy import bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 
 from rag_service.db.engine import Database
+from rag_service.db.tenancy import in_scope_sql
 from rag_service.db.values import strip_nul
-from rag_service.domain import DatasetRef, EvalItemResult, EvalRun, EvalRunRequest, ScoreRow
+from rag_service.domain import DatasetRef, EvalItemResult, EvalRun, EvalRunRequest, ScoreRow, TenantScope
 from rag_service.errors import ConflictError, NotFoundError
 
 ALIVE_S = 60  # a running run quiet for longer is taken to be interrupted (its process died)
@@ -58,34 +59,43 @@ class EvalRunRepository:
                  "created_by": created_by})
         return await self.get(run_id)
 
-    async def get(self, run_id: uuid.UUID) -> EvalRun:
+    async def get(self, run_id: uuid.UUID, scope: TenantScope | None = None) -> EvalRun:
+        """The run, if its collection is in ``scope`` (None: any tenant's)."""
+        params: dict[str, Any] = {"id": run_id}
+        visible = in_scope_sql("r.collection", scope, params)
         async with self._db.connect() as conn:
-            row = (await conn.execute(text(f"SELECT {_COLUMNS} FROM eval_runs r WHERE r.id = :id"),
-                                      {"id": run_id})).first()
+            row = (await conn.execute(text(f"SELECT {_COLUMNS} FROM eval_runs r WHERE r.id = :id AND {visible}"),
+                                      params)).first()
         if row is None:
             raise NotFoundError(f"no eval run {run_id}")
         return _run(row)
 
-    async def find(self, reference: str) -> EvalRun:
-        """A run by id, or the newest run with that name."""
+    async def find(self, reference: str, scope: TenantScope | None = None) -> EvalRun:
+        """A run by id, or the newest run with that name (in ``scope``; None: any tenant's)."""
         try:
-            return await self.get(uuid.UUID(reference))
+            return await self.get(uuid.UUID(reference), scope)
         except ValueError:
             pass
+        params: dict[str, Any] = {"name": reference}
+        visible = in_scope_sql("r.collection", scope, params)
         async with self._db.connect() as conn:
             row = (await conn.execute(text(
-                f"SELECT {_COLUMNS} FROM eval_runs r WHERE r.name = :name ORDER BY r.created_at DESC LIMIT 1"),
-                {"name": reference})).first()
+                f"SELECT {_COLUMNS} FROM eval_runs r WHERE r.name = :name AND {visible} "
+                "ORDER BY r.created_at DESC LIMIT 1"), params)).first()
         if row is None:
             raise NotFoundError(f"no eval run with id or name {reference!r}; `ragsvc eval list` shows them")
         return _run(row)
 
-    async def list(self, *, limit: int = 50, offset: int = 0) -> tuple[list[EvalRun], int]:
+    async def list(self, *, limit: int = 50, offset: int = 0,
+                   scope: TenantScope | None = None) -> tuple[list[EvalRun], int]:
+        """Runs newest first, of collections in ``scope`` (None: every tenant's)."""
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        visible = in_scope_sql("r.collection", scope, params)
         async with self._db.connect() as conn:
             rows = (await conn.execute(text(
-                f"SELECT {_COLUMNS} FROM eval_runs r ORDER BY r.created_at DESC LIMIT :limit OFFSET :offset"),
-                {"limit": limit, "offset": offset})).all()
-            total = (await conn.execute(text("SELECT count(*) FROM eval_runs"))).scalar_one()
+                f"SELECT {_COLUMNS} FROM eval_runs r WHERE {visible} ORDER BY r.created_at DESC "
+                "LIMIT :limit OFFSET :offset"), params)).all()
+            total = (await conn.execute(text(f"SELECT count(*) FROM eval_runs r WHERE {visible}"), params)).scalar_one()
         return [_run(r) for r in rows], total
 
     async def start(self, run_id: uuid.UUID, *, force: bool = False, redo_failed: bool = False) -> EvalRun:
@@ -163,10 +173,13 @@ class EvalRunRepository:
                 {"id": run_id, "status": "failed" if error else "finished", "summary": summary, "error": error})
         return await self.get(run_id)
 
-    async def golden_rows(self) -> list[dict[str, Any]]:
+    async def golden_rows(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        """Golden items (reviewed answers), those of one tenant's collections (None: every tenant's)."""
+        condition = "TRUE" if tenant is None else "ragsvc_tenant_of(collection) = :tenant"
         async with self._db.connect() as conn:
             rows = (await conn.execute(text(
-                "SELECT id, collection, question, answer, citations, source FROM golden_items ORDER BY id"))).all()
+                "SELECT id, collection, question, answer, citations, source FROM golden_items "
+                f"WHERE {condition} ORDER BY id"), {"tenant": tenant})).all()
         return [dict(r._mapping) for r in rows]
 
     async def baselines(self, dataset_version: str, mode: str, exclude: Sequence[uuid.UUID] = ()) -> list[EvalRun]:

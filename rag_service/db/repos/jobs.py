@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -10,9 +11,12 @@ from sqlalchemy import delete, func, insert, select, update
 
 from rag_service.db.engine import Database
 from rag_service.db.models import IngestJob, IngestUpload
+from rag_service.db.tenancy import in_scope
 from rag_service.db.values import strip_nul
-from rag_service.domain import JobView, Upload
-from rag_service.errors import NotFoundError
+from rag_service.domain import JobView, TenantScope, Upload
+from rag_service.errors import NotFoundError, RagServiceError
+
+log = logging.getLogger(__name__)
 
 
 class JobRepository:
@@ -32,6 +36,16 @@ class JobRepository:
                 ])
         return job_id
 
+    async def discard(self, job_id: uuid.UUID, cause: Exception) -> Exception:
+        """Forget a job that could not be queued, uploads included: its caller is told it failed
+        (the error returned, ``cause`` as a service error), so nothing of it may stay behind."""
+        try:
+            async with self._db.begin() as conn:
+                await conn.execute(delete(IngestJob).where(IngestJob.id == job_id))  # uploads: ON DELETE CASCADE
+        except RagServiceError as exc:
+            log.error("ingestion job %s could not be queued, nor removed: %s", job_id, exc)
+        return self._db.translate(cause)
+
     async def count_queued(self) -> int:
         """Jobs waiting for a worker, across every replica (the ingestion queue's depth)."""
         async with self._db.connect() as conn:
@@ -45,12 +59,16 @@ class JobRepository:
             raise NotFoundError(f"no ingestion job {job_id}")
         return JobView.model_validate(dict(row._mapping))
 
-    async def list(self, *, limit: int = 50, offset: int = 0) -> tuple[list[JobView], int]:
+    async def list(self, *, limit: int = 50, offset: int = 0,
+                   scope: TenantScope | None = None) -> tuple[list[JobView], int]:
+        """Jobs newest first, those of collections in ``scope`` (None: every tenant's)."""
+        visible = in_scope(IngestJob.collection, scope)
         async with self._db.connect() as conn:
             rows = (await conn.execute(
-                select(IngestJob.__table__).order_by(IngestJob.created_at.desc()).limit(limit).offset(offset)
+                select(IngestJob.__table__).where(visible).order_by(IngestJob.created_at.desc())
+                .limit(limit).offset(offset)
             )).all()
-            total = (await conn.execute(select(func.count()).select_from(IngestJob))).scalar_one()
+            total = (await conn.execute(select(func.count()).select_from(IngestJob).where(visible))).scalar_one()
         return [JobView.model_validate(dict(r._mapping)) for r in rows], total
 
     async def uploads(self, job_id: uuid.UUID) -> list[Upload]:

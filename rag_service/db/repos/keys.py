@@ -11,6 +11,7 @@ through another process (``ragsvc keys revoke`` while the server runs), within `
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import time
 import uuid
@@ -20,7 +21,7 @@ from typing import Any
 from sqlalchemy import text
 
 from rag_service.db.engine import Database
-from rag_service.domain import ROLES, ApiKeyView, Caller, Role
+from rag_service.domain import DEFAULT_TENANT, ROLES, TENANT_PATTERN, ApiKeyView, Caller, Role
 from rag_service.errors import InvalidInputError, NotFoundError
 
 KEY_PREFIX = "rsk_"
@@ -34,7 +35,7 @@ TOUCH_EVERY_S = 60
 # retrying a bad key does not reach the database every time; the bound keeps a flood of them small).
 MAX_CACHED_KEYS = 10_000
 
-_COLUMNS = "id, name, prefix, role, principals, collections, created_at, last_used_at, revoked_at"
+_COLUMNS = "id, name, prefix, role, tenant, principals, collections, created_at, last_used_at, revoked_at"
 
 
 def hash_key(key: str) -> str:
@@ -52,7 +53,7 @@ def _view(row: Any) -> ApiKeyView:
 
 def _caller(row: Any) -> Caller:
     return Caller(
-        key_id=row.id, name=row.name, role=row.role, principals=tuple(row.principals),
+        key_id=row.id, name=row.name, role=row.role, tenant=row.tenant, principals=tuple(row.principals),
         # An empty list in the table means every collection; no principals means public documents only.
         collections=tuple(row.collections) or None,
     )
@@ -66,10 +67,13 @@ class ApiKeyRepository:
         self._any_active: tuple[float, bool] | None = None
 
     async def create(self, role: Role, principals: Sequence[str] = (), collections: Sequence[str] = (),
-                     name: str | None = None) -> tuple[ApiKeyView, str]:
+                     name: str | None = None, tenant: str = DEFAULT_TENANT) -> tuple[ApiKeyView, str]:
         """A new key: its listing entry and the key itself, which is shown this once and never stored."""
         if role not in ROLES:
             raise InvalidInputError(f"unknown role {role!r}; roles: {', '.join(ROLES)}")
+        if not re.fullmatch(TENANT_PATTERN, tenant):
+            raise InvalidInputError(f"tenant {tenant!r} must be 1-63 lowercase letters, digits, '_' or '-', "
+                                    "starting with a letter or digit")
         principals = list(dict.fromkeys(p.strip() for p in principals))
         if any(not p or p == "*" for p in principals):
             raise InvalidInputError("principals must be non-empty names other than '*'")
@@ -79,11 +83,11 @@ class ApiKeyRepository:
         key = new_key()
         async with self._db.begin() as conn:
             row = (await conn.execute(text(
-                "INSERT INTO api_keys (id, name, prefix, key_hash, role, principals, collections) "
-                "VALUES (:id, :name, :prefix, :hash, :role, CAST(:principals AS text[]), "
+                "INSERT INTO api_keys (id, name, prefix, key_hash, role, tenant, principals, collections) "
+                "VALUES (:id, :name, :prefix, :hash, :role, :tenant, CAST(:principals AS text[]), "
                 f"CAST(:collections AS text[])) RETURNING {_COLUMNS}"),
                 {"id": uuid.uuid4(), "name": name or None, "prefix": key[:SHOWN_CHARS], "hash": hash_key(key),
-                 "role": role, "principals": principals, "collections": collections})).one()
+                 "role": role, "tenant": tenant, "principals": principals, "collections": collections})).one()
         self._callers.pop(hash_key(key), None)
         self._any_active = (time.monotonic() + self._ttl_s, True)
         return _view(row), key
@@ -133,7 +137,7 @@ class ApiKeyRepository:
             return cached[1]
         async with self._db.connect() as conn:
             row = (await conn.execute(text(
-                "SELECT id, name, role, principals, collections, "
+                "SELECT id, name, role, tenant, principals, collections, "
                 "last_used_at IS NULL OR last_used_at < now() - make_interval(secs => :every) AS stale "
                 "FROM api_keys WHERE key_hash = :hash AND revoked_at IS NULL"),
                 {"hash": digest, "every": TOUCH_EVERY_S})).first()

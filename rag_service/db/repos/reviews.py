@@ -16,7 +16,8 @@ from sqlalchemy.sql.expression import bindparam
 
 from rag_service.db.engine import Database
 from rag_service.db.repos.scores import stored_scores
-from rag_service.domain import ReviewTrigger
+from rag_service.db.tenancy import in_scope_sql
+from rag_service.domain import ReviewTrigger, TenantScope
 from rag_service.domain.review import (
     PriorityPolicy,
     RetrievedChunk,
@@ -105,11 +106,11 @@ class Housekeeping:
 
 @dataclass(frozen=True)
 class ReviewScope:
-    """What a reviewer may see: items in these collections (None: all) whose question was asked
-    with principals the reviewer holds too (None: any), so a review never shows a reviewer chunks
-    their own key could not retrieve."""
+    """What a reviewer may see: items in the collections of ``collections`` (a tenant's, or some of
+    them; None: every tenant's) whose question was asked with principals the reviewer holds too
+    (None: any), so a review never shows a reviewer chunks their own key could not retrieve."""
 
-    collections: Sequence[str] | None = None
+    collections: TenantScope | None = None
     principals: Sequence[str] | None = None
 
 
@@ -117,10 +118,7 @@ def _scope_sql(scope: ReviewScope | None, params: dict[str, Any]) -> str:
     """The WHERE condition (on ``review_items r``) that keeps a query inside ``scope``."""
     if scope is None:
         return "TRUE"
-    conditions = ["TRUE"]
-    if scope.collections is not None:
-        params["scope"] = list(scope.collections)
-        conditions.append("r.collection = ANY(CAST(:scope AS text[]))")
+    conditions = [in_scope_sql("r.collection", scope.collections, params)]
     if scope.principals is not None:
         params["scope_principals"] = list(scope.principals)
         conditions.append("(SELECT sq.principals FROM queries sq WHERE sq.id = r.query_id) "
@@ -359,18 +357,21 @@ class ReviewRepository:
         assert decision is not None  # written above, in this transaction
         return decision
 
-    async def reviewed_examples(self, prompt_name: str, *, limit: int = 20) -> list[dict[str, Any]]:
-        """The last ``limit`` approved or edited reviews of answers made with ``prompt_name``,
-        newest first: review id, the question (resolved), the approved or corrected answer and the
-        reviewer's feedback text."""
+    async def reviewed_examples(self, prompt_name: str, *, limit: int = 20,
+                                scope: TenantScope | None = None) -> list[dict[str, Any]]:
+        """The last ``limit`` approved or edited reviews of answers made with ``prompt_name`` in
+        ``scope`` (None: every tenant's), newest first: review id, the question (resolved), the
+        approved or corrected answer and the reviewer's feedback text."""
+        params: dict[str, Any] = {"name": prompt_name, "limit": limit}
+        visible = in_scope_sql("r.collection", scope, params)
         async with self._db.connect() as conn:
             rows = (await conn.execute(text(
                 "SELECT r.id AS review_id, COALESCE(q.resolved_question, q.question) AS question, "
                 "COALESCE(d.corrected_answer, a.text) AS answer, d.feedback FROM review_decisions d "
                 "JOIN review_items r ON r.id = d.review_id JOIN queries q ON q.id = r.query_id "
                 "JOIN answers a ON a.query_id = r.query_id WHERE d.prompt_name = :name "
-                "AND d.decision IN ('approved', 'edited') ORDER BY d.created_at DESC, d.id DESC LIMIT :limit"),
-                {"name": prompt_name, "limit": limit})).all()
+                f"AND d.decision IN ('approved', 'edited') AND {visible} ORDER BY d.created_at DESC, d.id DESC "
+                "LIMIT :limit"), params)).all()
         return [dict(r._mapping) for r in rows]
 
     # --- upkeep ------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ class ConsoleSessionRepository:
             return None
         async with self._db.connect() as conn:
             row = (await conn.execute(text(
-                "SELECT s.csrf_token, s.expires_at, k.id, k.name, k.role, k.principals, k.collections "
+                "SELECT s.csrf_token, s.expires_at, k.id, k.name, k.role, k.tenant, k.principals, k.collections "
                 "FROM console_sessions s JOIN api_keys k ON k.id = s.key_id WHERE s.token_hash = :hash "
                 "AND s.expires_at > now() AND k.revoked_at IS NULL AND k.role = s.role"),
                 {"hash": hash_key(token)})).first()

@@ -37,11 +37,13 @@ class TraceRepository:
     async def get(self, query_id: uuid.UUID) -> QueryTrace:
         async with self._db.connect() as conn:
             row = (await conn.execute(text(
-                "SELECT trace, api_key_id, created_at FROM query_traces WHERE query_id = :id"),
+                "SELECT trace, collection, api_key_id, created_at FROM query_traces WHERE query_id = :id"),
                 {"id": query_id})).first()
         if row is None:
             raise NotFoundError(f"no trace of query {query_id} (traces are kept for RAGSVC_TRACE_RETENTION_DAYS)")
-        return QueryTrace.model_validate({**row.trace, "api_key_id": row.api_key_id, "created_at": row.created_at})
+        # The collection's key from its column: the JSON holds the bare name a response shows.
+        return QueryTrace.model_validate({**row.trace, "collection": row.collection, "api_key_id": row.api_key_id,
+                                          "created_at": row.created_at})
 
     async def delete_older_than(self, days: float) -> int:
         async with self._db.begin() as conn:

@@ -10,6 +10,7 @@ from rag_service.domain import (
     SearchRequest,
     SearchResponse,
     SearchResultPublic,
+    no_such_collection,
 )
 from rag_service.errors import InvalidInputError, NotFoundError
 from rag_service.pipeline.collaborators import CollectionCatalog, Retrieves
@@ -40,7 +41,7 @@ async def search(retriever: Retrieves, collections: CollectionCatalog, request: 
         raise InvalidInputError("query must contain some text")
     retrieval_request = to_retrieval_request(request)
     if not await collections.collection_exists(request.collection):
-        raise NotFoundError(f"collection {request.collection!r} does not exist; ingest documents into it first")
+        raise NotFoundError(no_such_collection(request.collection))
     result = await retriever.retrieve(retrieval_request)
     results = [
         SearchResultPublic(

@@ -1,0 +1,332 @@
+"""Tenants and ACLs: no request shows one tenant's or one principal's documents to another.
+
+Two tenants (the default one, whose collection keys are bare names, and ``acme``, whose keys are
+``acme/...``) each have a collection named ``kb`` holding three planted documents: a public one,
+one only ``p1`` may read and one only ``p2`` may read. Every document carries the same phrase
+("quarterly ledger reconciliation"), so a search that forgot a tenant or ACL filter would return
+the others', plus an identifier and a word of its own. Each tenant has a reader key per principal,
+an ingester, a reviewer and an admin.
+
+The enumeration: every reader x every retrieval strategy alone, fused, and with the adaptive loop's
+relaxations x every planted query (the shared phrase, each identifier, each word); the query API,
+its stream and a conversation id both tenants use; documents, jobs, answers, traces, reviews, eval
+runs, the shared prompts and the MCP tools by both tenants' keys. A hit, citation, id or planted
+token outside the caller's visible set is a leak; each check also asserts that the caller's own
+documents are found, so an empty answer cannot pass. Then BM25's statistics: what they can and
+cannot reveal (see the README's "Tenants" section).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from rag_service.config import load_settings
+from rag_service.db.engine import Database
+from rag_service.db.repos.eval_runs import EvalRunRepository
+from rag_service.domain import DatasetRef, EvalRunRequest, collection_key
+from tests.apps import served
+from tests.test_auth import bearer, create_key
+from tests.test_mcp import _json, over_http
+
+TENANTS = ("default", "acme")
+PRINCIPALS = ("p1", "p2")
+READERS = [(t, p) for t in TENANTS for p in PRINCIPALS]
+SHARED = "quarterly ledger reconciliation"
+STRATEGY_SETS: list[tuple[list[str] | None, bool]] = [
+    (["semantic"], False), (["keyword"], False), (["pattern"], False), (["metadata"], False),
+    (None, False), (None, True),  # fused; and with the adaptive loop's relaxations
+]
+
+
+@dataclass(frozen=True)
+class Planted:
+    tenant: str
+    acl: str | None  # None: public
+    ident: str  # for the pattern strategy (an identifier it recognises), e.g. ACM-202
+    word: str  # for the keyword strategy
+
+    @property
+    def uri(self) -> str:
+        return f"{self.tenant}-{self.acl or 'public'}.md"
+
+    @property
+    def text(self) -> str:
+        owner = f"the {self.acl} team" if self.acl else "everyone"
+        return (f"The {SHARED} for {owner} of {self.tenant} uses the code {self.ident}. "
+                f"Its codeword is {self.word}, and it is filed every quarter.")
+
+    def visible_to(self, tenant: str, principal: str) -> bool:
+        return self.tenant == tenant and self.acl in (None, principal)
+
+
+PLANTED = [Planted(t, acl, f"{t[:3].upper()}-{100 * (i + 1) + j}", f"zorbl{t}{acl or 'pub'}x")
+           for i, t in enumerate(TENANTS) for j, acl in enumerate((None, *PRINCIPALS), start=1)]
+
+
+@dataclass
+class World:
+    base: str
+    url: str
+    keys: dict[str, str]
+    ids: dict[str, str] = field(default_factory=dict)  # uri -> document id
+    jobs: dict[str, set[str]] = field(default_factory=dict)  # tenant -> job ids
+
+    def get(self, path: str, key: str, **params: Any) -> httpx.Response:
+        return httpx.get(f"{self.base}{path}", headers=bearer(self.keys[key]), params=params, timeout=60)
+
+    def post(self, path: str, key: str, body: Any) -> httpx.Response:
+        return httpx.post(f"{self.base}{path}", headers=bearer(self.keys[key]), json=body, timeout=120)
+
+    def visible(self, tenant: str, principal: str) -> set[str]:
+        return {self.ids[d.uri] for d in PLANTED if d.visible_to(tenant, principal)}
+
+    def hidden_tokens(self, tenant: str, principal: str) -> list[str]:
+        return [token for d in PLANTED if not d.visible_to(tenant, principal) for token in (d.ident, d.word)]
+
+
+def reader(tenant: str, principal: str) -> str:
+    return f"{tenant}-reader-{principal}"
+
+
+def _keys(url: str) -> dict[str, str]:
+    keys: dict[str, str] = {}
+    for t in TENANTS:
+        for p in PRINCIPALS:
+            keys[reader(t, p)] = create_key(url, "reader", tenant=t, principals=[p])
+        for role in ("ingester", "reviewer", "admin"):
+            keys[f"{t}-{role}"] = create_key(url, role, tenant=t, principals=list(PRINCIPALS))
+    return keys
+
+
+def _wait(world: World, status_url: str, key: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 120
+    while (job := world.get(status_url, key).json())["status"] not in ("succeeded", "failed"):
+        assert time.monotonic() < deadline, job
+        time.sleep(0.2)
+    return job
+
+
+@pytest.fixture(scope="module")
+def world(migrated_url: str) -> Iterator[World]:
+    keys = _keys(migrated_url)
+    settings = load_settings(database_url=migrated_url, serve_worker="on", worker_heartbeat_s=1, experiment_check_s=0)
+    with served(settings) as base:
+        w = World(base, migrated_url, keys)
+        for tenant in TENANTS:
+            w.jobs[tenant] = set()
+            for acl in (None, *PRINCIPALS):  # one job per ACL: a batch shares its ACL
+                docs = [d for d in PLANTED if d.tenant == tenant and d.acl == acl]
+                accepted = w.post("/v1/documents", f"{tenant}-ingester", [
+                    {"source_uri": d.uri, "title": d.uri, "text": d.text, "collection": "kb", "tags": ["planted"],
+                     "lob": "finance", "acl": [acl] if acl else [], "metadata": {"plant": d.ident}} for d in docs])
+                assert accepted.status_code == 202, accepted.text
+                job = _wait(w, accepted.json()["status_url"], f"{tenant}-ingester")
+                assert job["status"] == "succeeded", job
+                w.jobs[tenant].add(accepted.json()["job_id"])
+            listed = w.get("/v1/documents", f"{tenant}-admin", collection="kb", limit=50).json()["data"]
+            w.ids.update({d["source_uri"]: d["id"] for d in listed})
+        assert len(w.ids) == len(PLANTED)
+        yield w
+
+
+def test_every_strategy_returns_only_the_callers_tenant_and_principal(world: World) -> None:
+    found: dict[tuple[str, str, str], set[str]] = {}
+    searches = 0
+    for tenant, principal in READERS:
+        visible = world.visible(tenant, principal)
+        for strategies, adaptive in STRATEGY_SETS:
+            label = "+".join(strategies or ["fused"]) + ("+adaptive" if adaptive else "")
+            for query in [SHARED] + [d.ident for d in PLANTED] + [d.word for d in PLANTED]:
+                response = world.post("/v1/search", reader(tenant, principal), {
+                    "query": query, "collection": "kb", "strategies": strategies, "adaptive": adaptive,
+                    "top_k": 20, "filters": {"tags_any": ["planted"]}})
+                assert response.status_code == 200, (label, query, response.text)
+                searches += 1
+                hits = {r["document_id"] for r in response.json()["results"]}
+                assert hits <= visible, f"leak: {tenant}/{principal} {label} {query!r} -> {hits - visible}"
+                body = json.dumps(response.json()["results"])  # (the response echoes the query itself)
+                assert not [t for t in world.hidden_tokens(tenant, principal) if t in body], (label, query)
+                assert response.json()["collection"] == "kb"  # the name, never the stored key
+                found.setdefault((tenant, principal, label), set()).update(hits)
+    # Not vacuous: each strategy found every document its caller may read.
+    for (tenant, principal, label), hits in found.items():
+        assert hits == world.visible(tenant, principal), (tenant, principal, label)
+    assert searches == len(READERS) * len(STRATEGY_SETS) * (1 + 2 * len(PLANTED))
+
+
+def _question(d: Planted) -> str:
+    return f"Which code does the {SHARED} of {d.tenant} for {d.acl or 'everyone'} use?"
+
+
+def test_answers_streams_and_conversations_cite_only_what_the_caller_may_read(world: World) -> None:
+    cited_any: set[str] = set()
+    for tenant, principal in READERS:
+        visible, hidden = world.visible(tenant, principal), world.hidden_tokens(tenant, principal)
+        for d in PLANTED:
+            response = world.post("/v1/query", reader(tenant, principal), {"question": _question(d),
+                                                                            "collection": "kb"})
+            assert response.status_code == 200, response.text
+            cited = {c["document_id"] for c in response.json()["citations"]}
+            assert cited <= visible, (tenant, principal, d.uri)
+            assert not [t for t in hidden if t in response.text], (tenant, principal, d.uri)
+            cited_any |= cited
+        key = world.keys[reader(tenant, principal)]
+        with httpx.stream("POST", f"{world.base}/v1/query/stream", headers=bearer(key),
+                          json={"question": _question(PLANTED[0]), "collection": "kb"}, timeout=120) as stream:
+            assert stream.status_code == 200
+            text = "".join(stream.iter_text())
+        assert "event: done" in text or "event: answer" in text or "citation" in text, text[:500]
+        assert not [t for t in hidden if t in text]
+    assert cited_any == set(world.ids.values())  # every document was cited by someone allowed to
+
+    # One conversation id used by both tenants: the second tenant's follow-up reads nothing of the first's.
+    first = world.post("/v1/query", reader("default", "p1"), {
+        "question": _question(PLANTED[1]), "collection": "kb", "conversation_id": "shared-conversation"})
+    assert first.status_code == 200 and PLANTED[1].ident in first.text
+    follow_up = world.post("/v1/query", reader("acme", "p1"), {
+        "question": "And what was its codeword?", "collection": "kb", "conversation_id": "shared-conversation"})
+    assert follow_up.status_code == 200, follow_up.text
+    assert not [t for t in world.hidden_tokens("acme", "p1") if t in follow_up.text]
+
+
+def test_documents_and_jobs_are_the_tenants_own(world: World) -> None:
+    for tenant, principal in READERS:
+        key = reader(tenant, principal)
+        listed = {d["id"] for d in world.get("/v1/documents", key, limit=100).json()["data"]}
+        assert listed == world.visible(tenant, principal)
+        for d in PLANTED:
+            status = world.get(f"/v1/documents/{world.ids[d.uri]}", key).status_code
+            assert status == (200 if d.visible_to(tenant, principal) else 404), (key, d.uri)
+    for tenant in TENANTS:
+        other = next(t for t in TENANTS if t != tenant)
+        jobs = world.get("/v1/jobs", f"{tenant}-ingester", limit=100).json()
+        assert {j["id"] for j in jobs["data"]} == world.jobs[tenant] and jobs["count"] == len(world.jobs[tenant])
+        assert all(j["collection"] == "kb" for j in jobs["data"])
+        for job_id in world.jobs[other]:
+            assert world.get(f"/v1/jobs/{job_id}", f"{tenant}-admin").status_code == 404
+        victim = world.ids[f"{other}-public.md"]
+        deleted = httpx.delete(f"{world.base}/v1/documents/{victim}", headers=bearer(world.keys[f"{tenant}-admin"]))
+        assert deleted.status_code == 404
+        assert world.get(f"/v1/documents/{victim}", f"{other}-admin").status_code == 200  # still there
+
+
+def test_answers_traces_and_reviews_stay_in_their_tenant(world: World) -> None:
+    asked: dict[str, str] = {}
+    for tenant in TENANTS:
+        response = world.post("/v1/query", reader(tenant, "p1"), {"question": _question(PLANTED[0]),
+                                                                    "collection": "kb"})
+        asked[tenant] = response.json()["query_id"]
+        receipt = world.post(f"/v1/answers/{asked[tenant]}/feedback", reader(tenant, "p1"),
+                             {"rating": 1, "comment": f"wrong for {tenant}"})
+        assert receipt.status_code == 201 and receipt.json()["review_id"], receipt.text
+    for tenant in TENANTS:
+        other = next(t for t in TENANTS if t != tenant)
+        reviewer = f"{tenant}-reviewer"
+        assert world.get(f"/v1/answers/{asked[tenant]}", reviewer).status_code == 200
+        assert world.get(f"/v1/queries/{asked[tenant]}/trace", reviewer).json()["collection"] == "kb"
+        assert world.get(f"/v1/answers/{asked[other]}", reviewer).status_code == 404
+        assert world.get(f"/v1/queries/{asked[other]}/trace", reviewer).status_code == 404
+        feedback = world.post(f"/v1/answers/{asked[other]}/feedback", reader(tenant, "p1"), {"rating": 5})
+        assert feedback.status_code == 404
+        items = world.get("/v1/reviews", reviewer, limit=200).json()["data"]
+        answers = {i["answer_id"] for i in items}
+        assert asked[tenant] in answers and asked[other] not in answers
+        assert f"wrong for {other}" not in json.dumps(items) and {i["collection"] for i in items} == {"kb"}
+        others = world.get("/v1/reviews", f"{other}-reviewer", limit=200).json()["data"]
+        assert others and not answers & {i["answer_id"] for i in others}
+        for item in others:
+            assert world.get(f"/v1/reviews/{item['id']}", reviewer).status_code == 404
+            assert world.post(f"/v1/reviews/{item['id']}/claim", reviewer, {}).status_code == 404
+            assert world.get(f"/v1/answers/{item['answer_id']}", reviewer).status_code == 404
+        stats = world.get("/v1/reviews/stats", reviewer).json()
+        assert sum(stats["by_status"].values()) == len(items)
+
+
+def test_eval_runs_and_the_shared_configuration(world: World) -> None:
+    async def create_runs() -> dict[str, str]:
+        db = Database.from_settings(load_settings(database_url=world.url), url=world.url)
+        runs = EvalRunRepository(db)
+        try:
+            made = {}
+            for tenant in TENANTS:
+                run = await runs.create(
+                    name=f"{tenant}-run", dataset=DatasetRef(kind="qa", name="planted", version="v1", items=1),
+                    request=EvalRunRequest(dataset="golden"), collection=collection_key(tenant, "kb"),
+                    config={}, config_hash="h", code_version=None, items_total=1)
+                made[tenant] = str(run.id)
+            return made
+        finally:
+            await db.dispose()
+
+    made = asyncio.run(create_runs())
+    for tenant in TENANTS:
+        other = next(t for t in TENANTS if t != tenant)
+        listed = world.get("/v1/eval-runs", f"{tenant}-reviewer").json()
+        assert [r["id"] for r in listed["data"]] == [made[tenant]] and listed["data"][0]["collection"] == "kb"
+        assert world.get(f"/v1/eval-runs/{made[other]}", f"{tenant}-reviewer").status_code == 404
+        assert world.get(f"/v1/eval-runs/{made[tenant]}/compare", f"{tenant}-reviewer",
+                         against=f"{other}-run").status_code == 404
+    # Prompts, guidelines and experiments serve every tenant: only the default tenant's keys use them.
+    assert world.get("/v1/prompts", "default-reviewer").status_code == 200
+    refused = world.get("/v1/prompts", "acme-reviewer")
+    assert refused.status_code == 403 and "default" in refused.json()["detail"]
+    assert world.get("/v1/experiments", "acme-admin").status_code == 403
+    guidelines = world.get("/v1/guidelines", "default-admin").json()
+    put = httpx.put(f"{world.base}/v1/guidelines", headers=bearer(world.keys["acme-admin"]),
+                    json={"guidelines": guidelines["guidelines"], "comment": "takeover"})
+    assert put.status_code == 403
+
+
+async def test_mcp_tools_and_resources_by_tenant(world: World) -> None:
+    for tenant, principal in READERS:
+        visible = world.visible(tenant, principal)
+        async with over_http(world.base, world.keys[reader(tenant, principal)]) as client:
+            collections = _json(await client.call_tool("list_collections", {}))
+            assert [(c["name"], c["documents"]) for c in collections["data"]] == [("kb", len(visible))]
+            hits = _json(await client.call_tool("search", {"query": SHARED, "collection": "kb", "top_k": 20}))
+            assert {r["document_id"] for r in hits["results"]} == visible
+            for d in PLANTED:
+                uri = f"ragsvc://documents/{world.ids[d.uri]}"
+                if d.visible_to(tenant, principal):
+                    assert (await client.read_resource(uri)).contents
+                else:
+                    with pytest.raises(Exception, match="no document"):
+                        await client.read_resource(uri)
+
+
+def _keyword_scores(world: World, key: str) -> list[tuple[str, float]]:
+    response = world.post("/v1/search", key, {"query": SHARED, "collection": "kb", "strategies": ["keyword"],
+                                              "top_k": 20, "rerank": False})
+    return [(r["document_id"], r["strategy_scores"]["keyword"]) for r in response.json()["results"]]
+
+
+def test_bm25_statistics_reveal_nothing_across_tenants_and_no_hidden_document(world: World) -> None:
+    """BM25's document frequencies and average length are per collection, so another tenant's
+    documents never change a tenant's scores. Within a collection they count every document, the
+    ones a principal may not read too: a caller can see a score move when hidden documents with
+    its terms are added, but never a hidden document's id, text, title or count."""
+    acme_before = _keyword_scores(world, reader("acme", "p1"))
+    p1_before = _keyword_scores(world, reader("default", "p1"))
+    added = world.post("/v1/documents", "default-ingester", [
+        {"source_uri": f"hidden-{i}.md", "text": f"The {SHARED} ledger entry {i} for the p2 team.",
+         "collection": "kb", "acl": ["p2"]} for i in range(20)])
+    assert added.status_code == 202
+    assert _wait(world, added.json()["status_url"], "default-ingester")["status"] == "succeeded"
+    try:
+        assert _keyword_scores(world, reader("acme", "p1")) == acme_before  # the other tenant: bit for bit
+        p1_after = _keyword_scores(world, reader("default", "p1"))
+        assert [d for d, _ in p1_after] == [d for d, _ in p1_before]  # the same hits, none of the hidden ones
+        assert [s for _, s in p1_after] != [s for _, s in p1_before]  # but the scores moved: what df reveals
+    finally:
+        listed = world.get("/v1/documents", "default-admin", collection="kb", limit=100).json()["data"]
+        for d in listed:
+            if d["source_uri"].startswith("hidden-"):
+                httpx.delete(f"{world.base}/v1/documents/{d['id']}", headers=bearer(world.keys["default-admin"]))
