@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
 from rag_service.config import load_settings
@@ -330,3 +331,46 @@ def test_bm25_statistics_reveal_nothing_across_tenants_and_no_hidden_document(wo
         for d in listed:
             if d["source_uri"].startswith("hidden-"):
                 httpx.delete(f"{world.base}/v1/documents/{d['id']}", headers=bearer(world.keys["default-admin"]))
+
+
+# Last: it deletes one of the module's tenants.
+def test_tenant_delete_removes_everything_of_the_tenant_and_nothing_else(world: World,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from rag_service.cli import app
+
+    def rows_by_tenant() -> dict[str, dict[str, int]]:
+        with psycopg.connect(world.url.replace("postgresql+psycopg://", "postgresql://", 1)) as conn:
+            counts = {table: dict(conn.execute(
+                f"SELECT ragsvc_tenant_of(collection), count(*) FROM {table} GROUP BY 1").fetchall())
+                for table in ("ingest_jobs", "queries", "review_items", "conversations", "query_traces", "eval_runs")}
+            for table, join in (("documents", "documents d JOIN collections c ON c.id = d.collection_id"),
+                                ("chunks", "chunks d JOIN collections c ON c.id = d.collection_id"),
+                                ("keyword_postings", "keyword_postings d JOIN collections c ON c.id = d.collection_id"),
+                                ("keyword_stats", "keyword_stats d JOIN collections c ON c.id = d.collection_id"),
+                                ("answers", "answers d JOIN queries c ON c.id = d.query_id"),
+                                ("api_keys", "api_keys c")):
+                column = "ragsvc_tenant_of(c.collection)" if table == "answers" else "c.tenant"
+                counts[table] = dict(conn.execute(f"SELECT {column}, count(*) FROM {join} GROUP BY 1").fetchall())
+        return counts
+
+    before = rows_by_tenant()
+    assert all(before[t].get("acme") for t in ("ingest_jobs", "queries", "review_items", "query_traces", "eval_runs",
+                                               "documents", "chunks", "keyword_postings", "answers", "api_keys"))
+    monkeypatch.setenv("RAGSVC_DATABASE_URL", world.url)
+    result = CliRunner().invoke(app, ["tenant", "delete", "acme", "--yes", "--json"])
+    assert result.exit_code == 0, result.output
+    deleted = json.loads(result.stdout)["deleted"]
+    assert deleted["collections"] == 1 and deleted["documents"] == 3 and deleted["api_keys"] == 5
+    after = rows_by_tenant()
+    assert all("acme" not in after[table] for table in after), after
+    assert all(after[table].get("default") == before[table].get("default") for table in after)  # untouched
+    # The keys are gone: a running server refuses them once its key cache (5 s) lapses.
+    deadline = time.monotonic() + 15
+    while world.get("/v1/documents", reader("acme", "p1")).status_code != 401:
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    assert world.get("/v1/documents", reader("default", "p1")).status_code == 200
+    listed = CliRunner().invoke(app, ["tenant", "list", "--json"])
+    assert [t["tenant"] for t in json.loads(listed.stdout)["data"]] == ["default"]
