@@ -254,6 +254,19 @@ async def test_local_reranker_reads_exact_cosines_from_the_store(store: PgVector
         assert float(vectors[chunk_id] @ embedding) == pytest.approx(cosine, abs=1e-5)
 
 
+async def test_the_local_reranker_runs_on_a_keyword_only_search(store: PgVectorStore, local_embedder, corpus) -> None:
+    """No semantic strategy ran, so no query embedding came out of retrieval: the retriever embeds
+    the query for the reranker instead of letting it fail into the fused order."""
+    retriever = Retriever(store, local_embedder, strategies_for(store), LocalReranker(store),
+                          RetrievalConfig(adaptive=False))
+    request = RetrievalRequest(query="standby promoted when primary fails", strategies=("keyword",),
+                               filter=SearchFilter(collection="other"))
+    result = await retriever.retrieve(request)
+    assert result.candidates and result.rerank is not None
+    assert result.rerank.applied and result.rerank.error is None
+    assert all(c.rerank_score is not None for c in result.candidates)
+
+
 async def test_a_failing_pattern_degrades_instead_of_failing_the_search(store: PgVectorStore, database,
                                                                       local_embedder, corpus) -> None:
     class TimingOut(PgVectorStore):

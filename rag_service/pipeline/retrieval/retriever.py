@@ -86,6 +86,8 @@ class Retriever:
         rerank_report = None
         use_reranker = self.config.rerank if request.rerank is None else request.rerank
         if use_reranker and self._reranker is not None and candidates:
+            if embedding is None:  # no semantic strategy ran (keyword or pattern only): the local ranker needs it
+                embedding = (await self._embedder.embed([request.query]))[0]
             candidates, rerank_report = await self._rerank(request.query, embedding, candidates)
         top = candidates[: request.top_k]
         if request.expand_parents:
