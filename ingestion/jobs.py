@@ -25,6 +25,7 @@ from typing import Any
 
 from procrastinate import App, JobContext, PsycopgConnector, signals
 from procrastinate import tasks as procrastinate_tasks
+from procrastinate.exceptions import ConnectorException
 from procrastinate.worker import Worker
 
 from ingestion.loaders import LoadedDocument, LoadError, load_bytes
@@ -186,14 +187,20 @@ def make_queue(url: str) -> App:
 
 
 async def enqueue(queue: App, job_id: uuid.UUID, jobs: JobRepository) -> int:
-    """Put the job in the queue; if that fails, the job row says so instead of staying 'queued'."""
+    """Put the job in the queue. If that fails (the database down, its disk full) the job and its
+    uploads are removed and the caller gets the database's error: nothing stays behind half-made,
+    neither a job that looks queued nor one nobody asked about."""
     # Through this app's own job manager: the registered Task object belongs to the template.
     deferrer = procrastinate_tasks.configure_task(name=TASK_NAME, job_manager=queue.job_manager, queue=QUEUE)
     try:
         return await deferrer.defer_async(job_id=str(job_id), request_id=current_request_id())
     except Exception as exc:
-        await jobs.finish(job_id, None, f"could not be queued: {type(exc).__name__}: {exc}")
-        raise
+        # procrastinate wraps the driver's error; the service error is made from that.
+        cause = exc.__cause__ if isinstance(exc, ConnectorException) and isinstance(exc.__cause__, Exception) else exc
+        error = await jobs.discard(job_id, cause)
+        if not isinstance(error, RagServiceError):
+            raise
+        raise error from exc
 
 
 async def recover_stalled_jobs(queue: App, stalled_after_s: float, task_names: tuple[str, ...] = (TASK_NAME,)) -> int:

@@ -50,6 +50,9 @@ class Settings(BaseSettings):
         description="PostgreSQL with pgvector. Unset: an embedded PostgreSQL under data_dir.",
     )
     data_dir: Path = Field(default=Path(".ragsvc"), description="Embedded database and local state.")
+    embedded_start_wait_s: float = Field(
+        default=60.0, gt=0, description="How long starting the embedded database waits for another process "
+        "(one starting or stopping a server, a server still starting) before a clear error.")
     # A query runs its strategies on separate connections; 16 pooled connections serve about 16
     # concurrent requests without opening (and forking a PostgreSQL backend for) new ones.
     db_pool_size: int = Field(default=16, ge=1, le=100)

@@ -89,6 +89,27 @@ class DatabaseUnavailableError(RagServiceError):
     title = "database unavailable"
 
 
+class StorageNotWritableError(DatabaseUnavailableError):
+    """PostgreSQL cannot write its files: their file system is read-only, or their folder is not
+    writable. The database itself may answer reads; what was being written was not saved."""
+
+    title = "database storage not writable"
+
+
+class StorageFullError(StorageNotWritableError):
+    """The disk that holds the database's files is full (HTTP 507 Insufficient Storage)."""
+
+    status_code = 507
+    title = "insufficient storage"
+
+
+class DataDirInUseError(DatabaseUnavailableError):
+    """The embedded database's data dir is held by another process (a stale or foreign
+    postmaster.pid, a server that does not answer, a start-up lock that is not released)."""
+
+    title = "data dir in use"
+
+
 class DatabaseTimeoutError(RagServiceError):
     """A query ran longer than its time limit and was cancelled."""
 

@@ -32,6 +32,7 @@ class Reply:
     content: str = ""
     status: int = 200
     delay_s: float = 0.0
+    piece_delay_s: float = 0.0  # between streamed pieces: a stream that trickles
 
 
 def _reply(content: str | Reply) -> Reply:
@@ -92,7 +93,7 @@ def fake_openai() -> Iterator[FakeOpenAI]:
             if reply.status != 200:
                 return self._json(reply.status, {"error": {"message": "fake failure", "type": "server_error"}})
             if body.get("stream"):
-                return self._stream(body, reply.content)
+                return self._stream(body, reply.content, reply.piece_delay_s)
             self._json(200, {
                 "id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": body["model"],
                 "choices": [{"index": 0, "finish_reason": "stop",
@@ -103,7 +104,7 @@ def fake_openai() -> Iterator[FakeOpenAI]:
         def _json(self, status: int, payload: dict) -> None:
             send_json(self, status, payload)
 
-        def _stream(self, body: dict, content: str) -> None:
+        def _stream(self, body: dict, content: str, piece_delay_s: float = 0.0) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
@@ -111,6 +112,7 @@ def fake_openai() -> Iterator[FakeOpenAI]:
             pieces = [content[i:i + 4] for i in range(0, len(content), 4)]
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 for piece in pieces:
+                    time.sleep(piece_delay_s)
                     chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": body["model"],
                              "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())

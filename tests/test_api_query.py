@@ -331,8 +331,9 @@ def llm_server():
 @pytest.fixture(scope="module")
 def llm_client(databases, llm_server):
     url = databases.create()
+    # The generate budget bounds an LLM that answers but trickles (each piece within the read timeout).
     settings = load_settings(database_url=url, serve_worker="on", worker_heartbeat_s=1, llm_base_url=llm_server.url,
-                             llm_api_key="k", llm_timeout_s=1.5, adaptive_retrieval=False,
+                             llm_api_key="k", llm_timeout_s=1.5, query_generate_budget_s=5, adaptive_retrieval=False,
                              eval_llm_judge=False, eval_ragas=False)
     with TestClient(create_app(settings)) as test_client:
         _ingest(test_client, "kb")
@@ -362,6 +363,40 @@ def test_llm_timeout_falls_back_to_extractive(llm_client: TestClient, llm_server
     assert "LLM generation failed" in result["fallback_reason"]
     assert next(s for s in result["steps"] if s["kind"] == "generate")["status"] == "fallback"
     assert result["citations"][0]["source_uri"] == "bread.md"
+
+
+def test_llm_server_errors_fall_back_to_extractive_with_the_error_recorded(llm_client: TestClient,
+                                                                           llm_server) -> None:
+    llm_server.default = Reply(status=503)  # every try, retries included
+    try:
+        result = llm_client.post("/v1/query", json={"question": "How long should the dough rise?",
+                                                    "collection": "kb"}).json()
+    finally:
+        llm_server.default = Reply("ok")
+    assert result["outcome"] == "answered" and result["generator"] == "extractive"
+    assert "503" in result["fallback_reason"], result["fallback_reason"]
+    generate = next(s for s in result["steps"] if s["kind"] == "generate")
+    assert generate["status"] == "fallback" and "503" in generate["detail"]
+    assert result["citations"][0]["source_uri"] == "bread.md"
+    stored = llm_client.get(f"/v1/queries/{result['query_id']}/trace").json()
+    assert next(s for s in stored["steps"] if s["kind"] == "generate")["status"] == "fallback"
+
+
+def test_a_trickling_llm_stream_falls_back_within_the_budget(llm_client: TestClient, llm_server) -> None:
+    # A valid answer, but 4 characters every 0.4 s: each piece is within the 1.5 s read timeout, the
+    # whole would take ~20 s; the 5 s generate budget ends it.
+    answer = json.dumps({"answer": "Let the dough rise for about an hour [1].", "reasoning_steps": [],
+                         "citations": [1], "confidence": 0.8})  # the answer first: its tokens are sent early
+    llm_server.queue(Reply(answer, piece_delay_s=0.4))
+    started = time.monotonic()
+    events = _events(llm_client, {"question": "How long should the dough rise?"})
+    assert time.monotonic() - started < 15
+    done = events[-1][1]
+    assert done["generator"] == "extractive" and "timed out" in done["fallback_reason"], done["fallback_reason"]
+    assert next(s for s in done["steps"] if s["kind"] == "generate")["status"] == "fallback"
+    kinds = [k for k, _ in events]
+    assert "token.reset" in kinds  # the pieces already sent are withdrawn before the extractive answer
+    assert done["citations"][0]["source_uri"] == "bread.md"
 
 
 def test_streamed_tokens_are_reset_when_the_llm_answer_is_replaced(llm_client: TestClient, llm_server) -> None:

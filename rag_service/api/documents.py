@@ -78,7 +78,9 @@ class DocumentWithChunks(DocumentPublic):
     }}}),
     responses={413: {"description": "A file, the number of files or the request is over its limit"},
                422: {"description": "Malformed request"},
-               503: {"description": "Too many ingestion jobs are waiting (RAGSVC_MAX_QUEUED_JOBS); see Retry-After"}},
+               503: {"description": "Too many ingestion jobs are waiting (RAGSVC_MAX_QUEUED_JOBS; see Retry-After), "
+                                    "or the database is down or cannot write its files (read-only); nothing stored"},
+               507: {"description": "The database's disk is full; nothing stored"}},
 )
 async def create_documents(request: Request, runtime: RuntimeDep, caller: IngesterDep) -> JSONResponse:
     settings = runtime.settings

@@ -60,7 +60,8 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
             return fn(*args, **kwargs)
         except RagServiceError as exc:
             where = f" in step {exc.step}" if exc.step else ""
-            stderr.print(f"[bold red]error[/]{where}: {exc}", highlight=False)
+            # One line however narrow the terminal (rich would wrap it): scripts grep it, people copy it.
+            stderr.print(f"[bold red]error[/]{where}: {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper

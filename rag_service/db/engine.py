@@ -6,25 +6,33 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
 from sqlalchemy import Engine, create_engine, make_url, text
-from sqlalchemy.exc import DataError, IntegrityError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 from rag_service.config import Settings, hide_password
 from rag_service.db.embedded import DATABASE_NAME, start_embedded
-from rag_service.errors import DatabaseTimeoutError, DatabaseUnavailableError, InvalidInputError
+from rag_service.errors import (
+    DatabaseTimeoutError,
+    DatabaseUnavailableError,
+    InvalidInputError,
+    StorageFullError,
+    StorageNotWritableError,
+)
 
 
 def resolve_database_url(settings: Settings) -> str:
     """The SQLAlchemy URL to use; starts (or attaches to) the embedded server when none is set."""
     if settings.database_url:
         return settings.database_url
-    return start_embedded(settings.data_dir).url_for(DATABASE_NAME)
+    return start_embedded(settings.data_dir, wait_s=settings.embedded_start_wait_s).url_for(DATABASE_NAME)
 
 
 def libpq_conninfo(url: str) -> str:
@@ -35,12 +43,48 @@ def libpq_conninfo(url: str) -> str:
     return psycopg.conninfo.make_conninfo(**{k: v for k, v in params.items() if v not in (None, "")})
 
 
-def translate_db_error(exc: Exception, display_url: str) -> Exception:
-    """The service error for a database exception, or the exception itself when it is a bug."""
-    orig = getattr(exc, "orig", None)
+# PostgreSQL's reasons when it cannot write a file (errno texts, in every server message about a file).
+_STORAGE_REASON = re.compile(r'could not [^"\n]*"[^"\n]*"[^:\n]*: (No space left on device|Read-only file system|'
+                             r"Permission denied|Disk quota exceeded)")
+
+
+def embedded_pgdata(settings: Settings) -> Path | None:
+    """Where the embedded server keeps its files (None with an external database)."""
+    return settings.data_dir.expanduser().resolve() / "pg" if settings.embedded_database else None
+
+
+def storage_error(exc: BaseException, display_url: str, pgdata: Path | None = None) -> StorageNotWritableError | None:
+    """The service error for PostgreSQL failing to write its files (disk full, read-only file
+    system, permissions), or None. Storage errors carry no SQLSTATE of their own (a read-only file
+    system is 42501, like a missing grant, and a failed connection has none): the server's
+    message names the file and the reason."""
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig)
+    found = _STORAGE_REASON.search(text)
+    full = getattr(orig, "sqlstate", None) == "53100" or (found is not None and found.group(1) in (
+        "No space left on device", "Disk quota exceeded"))
+    if found is None and not full:
+        return None
+    reason = found.group(0) if found else text.splitlines()[0]
+    where = (f"the embedded database's data dir {pgdata}" if pgdata is not None
+             else f"the data directory (or tablespace) of the PostgreSQL server at {display_url}")
+    if full:
+        return StorageFullError(f"the database's disk is full ({reason}); what was being written was not saved. "
+                                f"Free disk space for {where}, then retry.")
+    return StorageNotWritableError(f"the database cannot write its files ({reason}); what was being written was "
+                                   f"not saved. Make {where} writable again (a file system remounted read-only "
+                                   "after disk errors needs checking first), then retry.")
+
+
+def translate_db_error(exc: Exception, display_url: str, pgdata: Path | None = None) -> Exception:
+    """The service error for a database exception (SQLAlchemy's, or psycopg's where a raw
+    connection is used), or the exception itself when it is a bug."""
+    if (storage := storage_error(exc, display_url, pgdata)) is not None:
+        return storage
+    orig = getattr(exc, "orig", None) if isinstance(exc, DBAPIError) else exc
     if isinstance(orig, psycopg.errors.QueryCanceled):
         return DatabaseTimeoutError(f"the database query was cancelled after its time limit: {orig}")
-    if isinstance(exc, OperationalError):
+    if isinstance(exc, OperationalError | psycopg.OperationalError):
         return DatabaseUnavailableError(f"cannot reach PostgreSQL at {display_url}: {orig or exc}")
     if isinstance(exc, IntegrityError | DataError):
         return InvalidInputError(f"the database refused the data: {str(orig or exc).splitlines()[0]}")
@@ -62,6 +106,7 @@ class Database:
     url: str
     engine: AsyncEngine
     sessions: async_sessionmaker[AsyncSession]
+    pgdata: Path | None = None  # the embedded server's data, named in storage errors
 
     @classmethod
     def from_settings(cls, settings: Settings, url: str | None = None) -> Database:
@@ -73,18 +118,26 @@ class Database:
             pool_pre_ping=True,
             connect_args=_connect_args(settings),
         )
-        return cls(url=url, engine=engine, sessions=async_sessionmaker(engine, expire_on_commit=False))
+        return cls(url=url, engine=engine, sessions=async_sessionmaker(engine, expire_on_commit=False),
+                   pgdata=embedded_pgdata(settings))
 
     @property
     def display_url(self) -> str:
         return hide_password(self.url)
 
+    def translate(self, exc: Exception) -> Exception:
+        """The service error for an exception from this database (or the exception itself)."""
+        return translate_db_error(exc, self.display_url, self.pgdata)
+
     @contextmanager
     def _translated(self) -> Iterator[None]:
         try:
             yield
-        except (OperationalError, IntegrityError, DataError) as exc:
-            raise translate_db_error(exc, self.display_url) from exc
+        except (DBAPIError, psycopg.Error) as exc:  # psycopg's own from raw connections (COPY)
+            translated = self.translate(exc)
+            if translated is exc:
+                raise
+            raise translated from exc
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[AsyncConnection]:

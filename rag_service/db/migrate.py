@@ -14,7 +14,7 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 import migrations
 from rag_service.config import Settings, hide_password
-from rag_service.db.engine import make_sync_engine, translate_db_error
+from rag_service.db.engine import embedded_pgdata, make_sync_engine, storage_error, translate_db_error
 from rag_service.errors import InvalidInputError, SchemaMismatchError
 
 
@@ -42,8 +42,10 @@ def _run(action: str, url: str, settings: Settings, revision: str) -> str | None
     except CommandError as exc:
         raise InvalidInputError(f"cannot {action} to {revision!r}: {exc}") from exc
     except OperationalError as exc:
-        raise translate_db_error(exc, hide_password(url)) from exc
+        raise translate_db_error(exc, hide_password(url), embedded_pgdata(settings)) from exc
     except SQLAlchemyError as exc:
+        if (storage := storage_error(exc, hide_password(url), embedded_pgdata(settings))) is not None:
+            raise storage from exc
         raise SchemaMismatchError(f"{action} to {revision} failed and was rolled back: {exc.orig or exc}") from exc
     finally:
         engine.dispose()
