@@ -24,6 +24,7 @@ from rag_service.domain import (
     RetrievalResult,
     RetrievedRef,
     SearchFilter,
+    collection_name,
 )
 from rag_service.domain.costs import Prices, generation_cost
 from rag_service.domain.retrieval import MAX_QUERY_CHARS
@@ -134,8 +135,11 @@ async def full_item(pipeline: QueryPipeline, item: EvalItem, collection: str, re
     captured = Captured()
     started = time.perf_counter()
     try:
-        answered: QueryResult = await pipeline.run(
-            QueryRequest(question=item.question[:4000], collection=item.collection or collection), emit=captured)
+        # The request is built with the collection's name (what the API validates), then pointed at its
+        # stored key, which holds the run's tenant (domain/tenants.py).
+        key = item.collection or collection
+        request = QueryRequest(question=item.question[:4000], collection=collection_name(key))
+        answered: QueryResult = await pipeline.run(request.model_copy(update={"collection": key}), emit=captured)
         if wait_for_grades:
             await pipeline.drain()  # the LLM judge grades after the answer; its grades are the better ones
     except Exception as exc:  # recorded on the item; the run goes on

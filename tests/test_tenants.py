@@ -32,7 +32,7 @@ import pytest
 from rag_service.config import load_settings
 from rag_service.db.engine import Database
 from rag_service.db.repos.eval_runs import EvalRunRepository
-from rag_service.domain import DatasetRef, EvalRunRequest, collection_key
+from rag_service.domain import DatasetRef, EvalRunRequest, QueryRequest, collection_key
 from tests.apps import served
 from tests.test_auth import bearer, create_key
 from tests.test_mcp import _json, over_http
@@ -188,14 +188,21 @@ def test_answers_streams_and_conversations_cite_only_what_the_caller_may_read(wo
         assert not [t for t in hidden if t in text]
     assert cited_any == set(world.ids.values())  # every document was cited by someone allowed to
 
-    # One conversation id used by both tenants: the second tenant's follow-up reads nothing of the first's.
-    first = world.post("/v1/query", reader("default", "p1"), {
-        "question": _question(PLANTED[1]), "collection": "kb", "conversation_id": "shared-conversation"})
-    assert first.status_code == 200 and PLANTED[1].ident in first.text
-    follow_up = world.post("/v1/query", reader("acme", "p1"), {
-        "question": "And what was its codeword?", "collection": "kb", "conversation_id": "shared-conversation"})
-    assert follow_up.status_code == 200, follow_up.text
-    assert not [t for t in world.hidden_tokens("acme", "p1") if t in follow_up.text]
+    # One conversation id used by both tenants: the second tenant's follow-up reads nothing of the
+    # first's. Within one tenant the same follow-up is resolved from the earlier turn (so the check can fail).
+    marker = "zephyrine"
+    for tenant in TENANTS:
+        first = world.post("/v1/query", reader("default", "p1"), {
+            "question": f"Which code does the {marker} {SHARED} of default for p1 use?", "collection": "kb",
+            "conversation_id": f"shared-conversation-{tenant}"})
+        assert first.status_code == 200 and PLANTED[1].ident in first.text
+        follow_up = world.post("/v1/query", reader(tenant, "p1"), {
+            "question": "And what was its codeword?", "collection": "kb",
+            "conversation_id": f"shared-conversation-{tenant}"})
+        assert follow_up.status_code == 200, follow_up.text
+        trace = world.get(f"/v1/queries/{follow_up.json()['query_id']}/trace", reader(tenant, "p1")).text
+        assert (marker in trace) == (tenant == "default"), (tenant, trace[:400])
+        assert not [t for t in world.hidden_tokens(tenant, "p1") if t in follow_up.text]
 
 
 def test_documents_and_jobs_are_the_tenants_own(world: World) -> None:
@@ -243,6 +250,13 @@ def test_answers_traces_and_reviews_stay_in_their_tenant(world: World) -> None:
         assert f"wrong for {other}" not in json.dumps(items) and {i["collection"] for i in items} == {"kb"}
         others = world.get("/v1/reviews", f"{other}-reviewer", limit=200).json()["data"]
         assert others and not answers & {i["answer_id"] for i in others}
+        if tenant == "acme":  # corrections would become versions of the prompt every tenant shares
+            mine = items[0]["id"]
+            assert world.post(f"/v1/reviews/{mine}/claim", reviewer, {}).status_code == 200
+            decided = world.post(f"/v1/reviews/{mine}/decision", reviewer, {
+                "decision": "edited", "category": "answer_quality", "corrected_answer": "ACM-201",
+                "corrected_prompt": "Answer: {question}"})
+            assert decided.status_code == 403 and "corrected_prompt" in decided.json()["detail"], decided.text
         for item in others:
             assert world.get(f"/v1/reviews/{item['id']}", reviewer).status_code == 404
             assert world.post(f"/v1/reviews/{item['id']}/claim", reviewer, {}).status_code == 404
@@ -275,11 +289,17 @@ def test_eval_runs_and_the_shared_configuration(world: World) -> None:
         assert world.get(f"/v1/eval-runs/{made[other]}", f"{tenant}-reviewer").status_code == 404
         assert world.get(f"/v1/eval-runs/{made[tenant]}/compare", f"{tenant}-reviewer",
                          against=f"{other}-run").status_code == 404
-    # Prompts, guidelines and experiments serve every tenant: only the default tenant's keys use them.
+    # Datasets on the server's disk are the operator's; a name with a "/" is not a collection name.
+    assert world.post("/v1/eval-runs", "acme-admin", {"dataset": "qa:/etc/hostname"}).status_code == 403
+    assert world.post("/v1/eval-runs", "acme-admin", {"dataset": "golden", "collection": "x/kb"}).status_code == 422
+
+    # Prompts, guidelines, experiments and the process's figures serve every tenant: the default tenant's keys only.
     assert world.get("/v1/prompts", "default-reviewer").status_code == 200
     refused = world.get("/v1/prompts", "acme-reviewer")
     assert refused.status_code == 403 and "default" in refused.json()["detail"]
-    assert world.get("/v1/experiments", "acme-admin").status_code == 403
+    for path in ("/v1/experiments", "/v1/guidelines", "/metrics", "/v1/health/queues"):
+        assert world.get(path, "acme-admin").status_code == 403, path
+        assert world.get(path, "default-admin").status_code == 200, path
     guidelines = world.get("/v1/guidelines", "default-admin").json()
     put = httpx.put(f"{world.base}/v1/guidelines", headers=bearer(world.keys["acme-admin"]),
                     json={"guidelines": guidelines["guidelines"], "comment": "takeover"})
@@ -294,6 +314,10 @@ async def test_mcp_tools_and_resources_by_tenant(world: World) -> None:
             assert [(c["name"], c["documents"]) for c in collections["data"]] == [("kb", len(visible))]
             hits = _json(await client.call_tool("search", {"query": SHARED, "collection": "kb", "top_k": 20}))
             assert {r["document_id"] for r in hits["results"]} == visible
+            # A name holding the tenant separator could address another tenant's stored key: refused.
+            other = "acme" if tenant == "default" else "x"
+            with pytest.raises(Exception, match="not a collection name"):
+                await client.read_resource(f"ragsvc://collections/{other}%2Fkb/documents")
             for d in PLANTED:
                 uri = f"ragsvc://documents/{world.ids[d.uri]}"
                 if d.visible_to(tenant, principal):
@@ -374,3 +398,23 @@ def test_tenant_delete_removes_everything_of_the_tenant_and_nothing_else(world: 
     assert world.get("/v1/documents", reader("default", "p1")).status_code == 200
     listed = CliRunner().invoke(app, ["tenant", "list", "--json"])
     assert [t["tenant"] for t in json.loads(listed.stdout)["data"]] == ["default"]
+
+
+async def test_an_eval_item_is_asked_in_the_runs_tenants_collection() -> None:
+    """Full-mode eval runs ask through the pipeline with the stored key (acme/kb), which the API's
+    name pattern would refuse: the request is built from the name and then pointed at the key."""
+    from evaluation.items import EvalItem, full_item
+
+    class Recorder:
+        request: QueryRequest | None = None
+
+        async def run(self, request: QueryRequest, emit: object = None) -> None:
+            self.request = request
+            raise RuntimeError("recorded")
+
+    pipeline = Recorder()
+    result = await full_item(pipeline, EvalItem(id="1", question="Which code?"), "acme/kb", 0,  # type: ignore[arg-type]
+                             answer_metrics=None, context_texts=None, prices=None,  # type: ignore[arg-type]
+                             late_grades={}, wait_for_grades=False)
+    assert pipeline.request is not None and pipeline.request.collection == "acme/kb"
+    assert result.error is not None and "recorded" in result.error

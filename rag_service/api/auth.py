@@ -37,14 +37,25 @@ from __future__ import annotations
 import functools
 import ipaddress
 import logging
+import re
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from rag_service.domain import DEFAULT_TENANT, GRANTS, ROLES, Caller, QueryRequest, Role, SearchRequest, collection_name
-from rag_service.errors import ConfigError, ForbiddenError, NotFoundError, UnauthorizedError
+from rag_service.domain import (
+    COLLECTION_PATTERN,
+    DEFAULT_TENANT,
+    GRANTS,
+    ROLES,
+    Caller,
+    QueryRequest,
+    Role,
+    SearchRequest,
+    collection_name,
+)
+from rag_service.errors import ConfigError, ForbiddenError, InvalidInputError, NotFoundError, UnauthorizedError
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +186,9 @@ def scoped_collection(caller: Caller, collection: str) -> str:
     """The stored key of the caller's collection ``collection`` (domain/tenants.py): a name is
     always read in the caller's own tenant, so no request can address another tenant's data. A
     collection outside the key's collection scope is a 403."""
+    if not re.fullmatch(COLLECTION_PATTERN, collection):  # a "/" would address another tenant's key
+        raise InvalidInputError(f"{collection[:200]!r} is not a collection name: 1-200 letters, digits, '_', '.' "
+                                "or '-', starting with a letter or digit")
     if not caller.may_touch(collection):
         allowed = ", ".join(caller.collections or ())
         raise ForbiddenError(f"this key may only use the collections {allowed}; not {collection!r}")

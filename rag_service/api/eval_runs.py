@@ -12,9 +12,10 @@ from pydantic import BaseModel
 
 from evaluation.comparisons import compare_runs
 from evaluation.jobs import enqueue_run
-from rag_service.api.auth import AdminDep, ReviewerDep, role
+from rag_service.api.auth import AdminDep, ReviewerDep, role, scoped_collection
 from rag_service.api.deps import RuntimeDep
-from rag_service.domain import EvalItemResult, EvalRun, EvalRunRequest
+from rag_service.domain import DEFAULT_TENANT, EvalItemResult, EvalRun, EvalRunRequest
+from rag_service.errors import ForbiddenError
 
 router = APIRouter(prefix="/v1/eval-runs", tags=["eval runs"])
 _NOT_FOUND = {404: {"description": "No such run"}}
@@ -37,6 +38,15 @@ class EvalResultsPage(BaseModel):
                          "file, line and field.",
              responses={422: {"description": "Bad request or malformed dataset"}}, **role("admin"))
 async def create_run(body: EvalRunRequest, request: Request, runtime: RuntimeDep, caller: AdminDep) -> JSONResponse:
+    if caller.tenant != DEFAULT_TENANT and body.dataset != "golden":
+        # beir:DIR and qa:FILE read the server's disk and ingest what they read into the caller's collection.
+        raise ForbiddenError(f"only keys of the {DEFAULT_TENANT!r} tenant (the operator's) run datasets from the "
+                             "server's disk; other tenants run `golden` (their own reviewed answers)")
+    if body.collection is not None:
+        scoped_collection(caller, body.collection)
+    elif caller.collections is not None:
+        raise ForbiddenError(f"this key may only use the collections {', '.join(caller.collections)}; name one "
+                             "as `collection`")
     run = await runtime.eval_runner.create(body, created_by=caller.label, tenant=caller.tenant)
     await enqueue_run(request.app.state.queue, run.id, runtime.eval_runs)
     return JSONResponse(run.model_dump(mode="json"), status_code=202, headers={"Location": f"/v1/eval-runs/{run.id}"})

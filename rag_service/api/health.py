@@ -66,7 +66,7 @@ class Queues(BaseModel):
 @router.get("/v1/health/queues", response_model=Queues, summary="Queue depths and this process's load",
             description="The ingestion and review queues (shared by every replica) and this process's queries in "
                         "flight against their bound: what a load balancer or an operator needs to see backpressure.",
-            **role("monitor"))
+            **role("monitor", operator=True))
 async def queues(request: Request, runtime: RuntimeDep) -> Queues:
     figures = await runtime.monitoring.queue_figures()
     inflight = request.app.state.inflight

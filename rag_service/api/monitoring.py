@@ -26,7 +26,8 @@ router = APIRouter(tags=["monitoring"])
                         "10 answers all scored overall below 0.70), and, read from the database when scraped, the "
                         "ingestion jobs and review items by status and the open review items' age "
                         "(`ragsvc_database_up` 0 when that read failed).",
-            response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}}, **role("monitor"))
+            response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
+            **role("monitor", operator=True))
 async def metrics(runtime: RuntimeDep) -> Response:
     try:
         runtime.metrics.refresh(await runtime.monitoring.queue_figures())

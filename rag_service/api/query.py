@@ -94,7 +94,7 @@ class GuidelinesUpdate(BaseModel):
 
 
 @router.get("/guidelines", response_model=GuidelinesPublic, summary="The router's current guidelines",
-            **role("reader"))
+            **role("reader", operator=True))
 async def get_guidelines(runtime: RuntimeDep) -> GuidelinesPublic:
     version, guidelines = await runtime.guidelines.current()
     return GuidelinesPublic(version=version, guidelines=guidelines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import TYPE_CHECKING, Annotated
 
@@ -10,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rag_service.cli.common import JsonFlag, app, emit_json, handle_errors, run_with_runtime, stderr
+from rag_service.db.repos.keys import KEY_CACHE_S
 from rag_service.domain import TENANT_PATTERN
 from rag_service.errors import InvalidInputError
 
@@ -58,7 +60,13 @@ def tenant_delete(
         raise typer.Exit(1)
 
     async def delete(runtime: Runtime) -> dict[str, int]:
-        return await TenantRepository(runtime.db).delete(tenant)
+        tenants = TenantRepository(runtime.db)
+        if await tenants.revoke_keys(tenant):
+            # Running servers remember a key for KEY_CACHE_S: past it, none writes for the tenant any more.
+            stderr.print(f"revoked the tenant's keys; waiting {KEY_CACHE_S + 1:.0f} s for running servers to "
+                         "stop accepting them", highlight=False)
+            await asyncio.sleep(KEY_CACHE_S + 1)
+        return await tenants.delete(tenant)
 
     deleted = run_with_runtime(delete, check_schema=True)
     if as_json:

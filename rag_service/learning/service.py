@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from rag_service.db.repos.experiments import ExperimentRepository
 from rag_service.db.repos.guidelines import GuidelineRepository
 from rag_service.db.repos.prompts import PromptRepository
-from rag_service.domain import Caller, GuidelineSet, TenantScope
+from rag_service.domain import DEFAULT_TENANT, Caller, GuidelineSet, TenantScope
 from rag_service.domain.costs import Prices
 from rag_service.domain.prompts import (
     CANDIDATE,
@@ -35,7 +35,7 @@ from rag_service.domain.prompts import (
     check_label,
 )
 from rag_service.domain.review import ReviewDecisionPublic, ReviewDecisionRequest
-from rag_service.errors import ConflictError, InvalidInputError, NotFoundError, RagServiceError
+from rag_service.errors import ConflictError, ForbiddenError, InvalidInputError, NotFoundError, RagServiceError
 from rag_service.learning.assignment import assign
 from rag_service.learning.candidates import (
     ReviewedExample,
@@ -319,6 +319,11 @@ class LearningReviews:
         checked first, so a bad template or rule is a 422 before anything is stored."""
         item = await self.reviews.get(caller, review_id)
         guidelines = None
+        if (request.corrected_prompt or request.corrected_routing) and caller.tenant != DEFAULT_TENANT:
+            # Corrections become candidate versions of the prompt and guidelines every tenant shares.
+            raise ForbiddenError("corrected_prompt and corrected_routing change the prompts and guidelines every "
+                                 f"tenant shares: only reviewers of the {DEFAULT_TENANT!r} tenant send them; decide "
+                                 "with corrected_answer instead")
         if request.corrected_prompt and item.prompt_name:
             try:
                 check_body("prompt", item.prompt_name, request.corrected_prompt, {})

@@ -31,6 +31,8 @@ SHOWN_CHARS = 12
 MAX_KEY_CHARS = 200
 # last_used_at is written at most this often per key: a timestamp per request would be a write per request.
 TOUCH_EVERY_S = 60
+# How long a process remembers what a key stands for (the default ``ttl_s``).
+KEY_CACHE_S = 5.0
 # Answers remembered at most this many keys at once (unknown keys are remembered too, so a client
 # retrying a bad key does not reach the database every time; the bound keeps a flood of them small).
 MAX_CACHED_KEYS = 10_000
@@ -60,7 +62,7 @@ def _caller(row: Any) -> Caller:
 
 
 class ApiKeyRepository:
-    def __init__(self, db: Database, ttl_s: float = 5.0) -> None:
+    def __init__(self, db: Database, ttl_s: float = KEY_CACHE_S) -> None:
         self._db = db
         self._ttl_s = ttl_s
         self._callers: dict[str, tuple[float, Caller | None]] = {}  # key hash -> (expires, caller)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from sqlalchemy import text
 
 from rag_service.db.engine import Database
+from rag_service.errors import ConflictError
 
 # Deleted in this order, in one transaction. Queries first: answers, turns, scores, feedback and
 # review items (with their decisions) go with them by cascade. Collections take their documents and
@@ -34,10 +35,34 @@ class TenantRepository:
                 "FROM (SELECT tenant FROM api_keys UNION SELECT tenant FROM collections) t ORDER BY t.tenant"))
             return [dict(r._mapping) for r in rows]
 
+    async def revoke_keys(self, tenant: str) -> int:
+        """Revoke the tenant's keys (the first step of deleting it: servers stop accepting them
+        within their key cache's lifetime, so no request writes for the tenant while it is deleted)."""
+        async with self._db.begin() as conn:
+            result = await conn.execute(text(
+                "UPDATE api_keys SET revoked_at = now() WHERE tenant = :t AND revoked_at IS NULL"), {"t": tenant})
+        return result.rowcount or 0
+
     async def delete(self, tenant: str) -> dict[str, int]:
-        """Delete every row of the tenant (its keys included), in one transaction: rows deleted per table."""
+        """Delete every row of the tenant (its keys included), in one transaction: rows deleted per
+        table. Refused while one of its ingestion jobs or eval runs is running: the worker would go
+        on writing, and recreate the collection it writes to."""
         deleted: dict[str, int] = {}
         async with self._db.begin() as conn:
+            running = (await conn.execute(text(
+                "SELECT (SELECT count(*) FROM ingest_jobs WHERE status = 'running' "
+                "AND ragsvc_tenant_of(collection) = :t) + (SELECT count(*) FROM eval_runs "
+                "WHERE status = 'running' AND ragsvc_tenant_of(collection) = :t)"),
+                {"t": tenant})).scalar_one()
+            if running:
+                raise ConflictError(f"{running} ingestion job(s) or eval run(s) of tenant {tenant!r} are running; "
+                                    "wait for them to end (`GET /v1/jobs`, `ragsvc eval list`), then delete again")
+            # Their queued tasks: a worker would find the job or run gone.
+            await conn.execute(text(
+                "DELETE FROM procrastinate_jobs WHERE status = 'todo' AND ("
+                "args->>'job_id' IN (SELECT id::text FROM ingest_jobs WHERE ragsvc_tenant_of(collection) = :t) OR "
+                "args->>'run_id' IN (SELECT id::text FROM eval_runs WHERE ragsvc_tenant_of(collection) = :t))"),
+                {"t": tenant})
             for table in _BY_COLLECTION_KEY:
                 result = await conn.execute(text(f"DELETE FROM {table} WHERE ragsvc_tenant_of(collection) = :t"),
                                             {"t": tenant})
