@@ -6,8 +6,9 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import httpx
 import uvicorn
@@ -20,6 +21,24 @@ SMALL_KB = [("tides.md", "Tides", "The gravitational pull of the moon raises the
             ("bread.md", "Bread", "Knead the dough for ten minutes, then let it rise for about an hour.")]
 
 
+def wait_for_job(get: Callable[[str], Any], status_url: str, timeout_s: float = 120) -> dict[str, Any]:
+    """Poll an ingestion job's status URL with ``get`` (a client's, or one sending a key) until it
+    ends; its final JSON."""
+    deadline = time.monotonic() + timeout_s
+    while (job := get(status_url).json())["status"] not in ("succeeded", "failed"):
+        assert time.monotonic() < deadline, job
+        time.sleep(0.2)
+    return job
+
+
+def ingest_and_wait(client: TestClient, documents: Any) -> None:
+    """POST documents (JSON) and wait for the job to succeed."""
+    response = client.post("/v1/documents", json=documents)
+    assert response.status_code == 202, response.text
+    job = wait_for_job(client.get, response.json()["status_url"])
+    assert job["status"] == "succeeded", job
+
+
 def client_with_documents(url: str, documents: list[tuple[str, str, str]] = SMALL_KB,
                           collection: str = "kb", **overrides: object) -> Iterator[TestClient]:
     """For a fixture: ``yield from client_with_documents(url)``; ``overrides`` are settings."""
@@ -28,10 +47,7 @@ def client_with_documents(url: str, documents: list[tuple[str, str, str]] = SMAL
         response = client.post("/v1/documents", json=[{"source_uri": u, "title": t, "text": x,
                                                        "collection": collection} for u, t, x in documents])
         assert response.status_code == 202, response.text
-        deadline = time.monotonic() + 120
-        while client.get(response.json()["status_url"]).json()["status"] not in ("succeeded", "failed"):
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        wait_for_job(client.get, response.json()["status_url"])
         yield client
 
 

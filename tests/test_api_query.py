@@ -20,6 +20,7 @@ from rag_service.cli.query import show_result
 from rag_service.config import get_settings, load_settings
 from rag_service.domain import QueryRequest
 from rag_service.errors import InvalidInputError
+from tests.apps import ingest_and_wait
 from tests.fake_openai import Reply, fake_openai
 
 DOCS = [
@@ -36,14 +37,8 @@ DOCS = [
 
 
 def _ingest(client: TestClient, collection: str) -> None:
-    response = client.post("/v1/documents", json=[{"source_uri": uri, "title": title, "text": text,
-                                                   "collection": collection} for uri, title, text in DOCS])
-    assert response.status_code == 202, response.text
-    deadline = time.monotonic() + 120
-    while (job := client.get(response.json()["status_url"]).json())["status"] not in ("succeeded", "failed"):
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    assert job["status"] == "succeeded", job
+    ingest_and_wait(client, [{"source_uri": uri, "title": title, "text": text, "collection": collection}
+                             for uri, title, text in DOCS])
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from rag_service.db.repos.query_log import QueryLog
 from rag_service.domain import AnswerLogEntry, DocumentRecord, QueryLogEntry
 from rag_service.runtime import Runtime
 from rag_service.stores.pgvector import PgVectorStore
+from tests.apps import ingest_and_wait
 from tests.dbrun import run_on
 from tests.fake_openai import Reply, fake_openai
 
@@ -54,15 +54,9 @@ def client(migrated_url: str) -> Iterator[TestClient]:
 
 
 def _ingest(client: TestClient, collection: str) -> None:
-    response = client.post("/v1/documents", json=[
+    ingest_and_wait(client, [
         {"source_uri": "comets.md", "title": "Comets", "text": COMETS, "collection": collection},
         {"source_uri": "bread.md", "title": "Bread", "text": BREAD, "collection": collection}])
-    assert response.status_code == 202, response.text
-    deadline = time.monotonic() + 120
-    while (job := client.get(response.json()["status_url"]).json())["status"] not in ("succeeded", "failed"):
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    assert job["status"] == "succeeded", job
 
 
 def _ask(client: TestClient, collection: str) -> dict[str, Any]:

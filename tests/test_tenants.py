@@ -33,7 +33,7 @@ from rag_service.config import load_settings
 from rag_service.db.engine import Database
 from rag_service.db.repos.eval_runs import EvalRunRepository
 from rag_service.domain import DatasetRef, EvalRunRequest, QueryRequest, collection_key
-from tests.apps import served
+from tests.apps import served, wait_for_job
 from tests.test_auth import bearer, create_key
 from tests.test_mcp import _json, over_http
 
@@ -108,11 +108,7 @@ def _keys(url: str) -> dict[str, str]:
 
 
 def _wait(world: World, status_url: str, key: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 120
-    while (job := world.get(status_url, key).json())["status"] not in ("succeeded", "failed"):
-        assert time.monotonic() < deadline, job
-        time.sleep(0.2)
-    return job
+    return wait_for_job(lambda url: world.get(url, key), status_url)
 
 
 @pytest.fixture(scope="module")
