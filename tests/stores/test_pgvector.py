@@ -224,3 +224,30 @@ async def test_selective_filter_falls_back_to_exact_search(databases) -> None:
         assert {h.chunk_id for h in hits} == set(rare_ids)
     finally:
         await db.dispose()
+
+
+async def test_each_new_connection_gets_pgvector_types_without_new_classes(database: Database) -> None:
+    """pgvector's own registration makes new dumper classes for every connection, and psycopg keeps
+    every dumper class it is given for the life of the process: with the pool opening and closing
+    overflow connections under load, that was the server's steady memory growth (issue 14). Each new
+    connection must get the same classes, and vectors must still go both ways, in text and binary."""
+    import psycopg
+    from pgvector import Vector
+    from psycopg.adapt import PyFormat
+
+    from rag_service.db.engine import libpq_conninfo
+    from rag_service.stores.pgvector.connection import register_vector_types
+
+    dumpers: set[type] = set()
+    for _ in range(3):
+        async with await psycopg.AsyncConnection.connect(libpq_conninfo(database.url)) as raw:
+            await register_vector_types(raw)
+            dumpers |= {raw.adapters.get_dumper(kind, fmt) for kind in (Vector, np.ndarray)
+                        for fmt in (PyFormat.TEXT, PyFormat.BINARY)}
+            sent = np.array([0.5, -1.0, 2.0], dtype=np.float32)
+            for binary in (False, True):
+                async with raw.cursor(binary=binary) as cur:
+                    await cur.execute("SELECT %s::vector, %b::vector", (sent, Vector(sent.tolist())))
+                    got = await cur.fetchone()
+                assert [v.to_numpy().tolist() for v in got] == [sent.tolist()] * 2
+    assert len(dumpers) == 2, "one text and one binary dumper class, shared by every connection"

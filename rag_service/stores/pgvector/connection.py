@@ -3,11 +3,23 @@ parameters read once from the migration, and psycopg connections with pgvector's
 
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from pgvector.psycopg import register_vector_async
+import psycopg
+from pgvector import Bit, HalfVector, SparseVector, Vector
+from pgvector.psycopg.bit import BitBinaryDumper, BitDumper
+from pgvector.psycopg.halfvec import HalfVectorBinaryDumper, HalfVectorBinaryLoader, HalfVectorDumper, HalfVectorLoader
+from pgvector.psycopg.sparsevec import (
+    SparseVectorBinaryDumper,
+    SparseVectorBinaryLoader,
+    SparseVectorDumper,
+    SparseVectorLoader,
+)
+from pgvector.psycopg.vector import VectorBinaryDumper, VectorBinaryLoader, VectorDumper, VectorLoader
+from psycopg.types import TypeInfo
 from sqlalchemy import Select, text
 from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -40,6 +52,47 @@ def _compile_explain(element: Explain, compiler: Any, **kw: Any) -> str:
     return "EXPLAIN " + compiler.process(element.statement, **kw)
 
 
+# pgvector's types as its register_vector_async registers them: (type name, the Python types dumped
+# as it, dumpers, loaders), text before binary (the last one registered is the default).
+_PGVECTOR_TYPES: tuple[tuple[str, tuple[type | str, ...], tuple[type, ...], tuple[type, ...]], ...] = (
+    ("vector", (Vector, "numpy.ndarray"), (VectorDumper, VectorBinaryDumper), (VectorLoader, VectorBinaryLoader)),
+    ("bit", (Bit,), (BitDumper, BitBinaryDumper), ()),
+    ("halfvec", (HalfVector,), (HalfVectorDumper, HalfVectorBinaryDumper), (HalfVectorLoader, HalfVectorBinaryLoader)),
+    ("sparsevec", (SparseVector,), (SparseVectorDumper, SparseVectorBinaryDumper),
+     (SparseVectorLoader, SparseVectorBinaryLoader)),
+)
+
+
+@functools.cache
+def _dumper(base: type, oid: int) -> type:
+    """pgvector's dumper ``base`` carrying a database's oid for its type (COPY's set_types finds
+    dumpers by oid): one class per (dumper, oid) for the life of the process."""
+    return type("", (base,), {"oid": oid})
+
+
+async def register_vector_types(raw: psycopg.AsyncConnection[Any]) -> None:
+    """What pgvector's ``register_vector_async`` does, but without new classes on every call.
+
+    pgvector makes new dumper classes for each connection it registers, and psycopg keeps every
+    dumper class it is given in a process-wide dict (``AdaptersMap._optimised``) that is never
+    emptied: each new connection kept 4 classes (about 11 KB; 8 with pgvector 0.7's halfvec and
+    sparsevec) for good. The pool opens and closes its overflow connections all the time under
+    load, so the server grew by megabytes a minute in the load benchmark (issue 14). Here the
+    classes are made once per database (its oids)."""
+    for name, python_types, dumpers, loaders in _PGVECTOR_TYPES:
+        info = await TypeInfo.fetch(raw, name)
+        if info is None:  # halfvec and sparsevec need pgvector 0.7
+            if name == "vector":
+                raise psycopg.ProgrammingError("vector type not found in the database")
+            continue
+        info.register(raw)
+        for python_type in python_types:
+            for base in dumpers:
+                raw.adapters.register_dumper(python_type, _dumper(base, info.oid))
+        for loader in loaders:
+            raw.adapters.register_loader(info.oid, loader)
+
+
 class PgStoreBase:
     """The state the write and search mixins share, and the helpers they all need."""
 
@@ -59,7 +112,7 @@ class PgStoreBase:
         connection (registering looks the type up in the catalog: a round trip each time)."""
         raw = (await conn.get_raw_connection()).driver_connection
         if raw not in self._vector_registered:
-            await register_vector_async(raw)
+            await register_vector_types(raw)
             self._vector_registered.add(raw)
         return raw
 
