@@ -32,7 +32,7 @@ import pytest
 from rag_service.config import load_settings
 from rag_service.db.engine import Database
 from rag_service.db.repos.eval_runs import EvalRunRepository
-from rag_service.domain import DatasetRef, EvalRunRequest, QueryRequest, collection_key
+from rag_service.domain import DatasetRef, EvalRunRequest, collection_key
 from tests.apps import served, wait_for_job
 from tests.test_auth import bearer, create_key
 from tests.test_mcp import _json, over_http
@@ -394,23 +394,3 @@ def test_tenant_delete_removes_everything_of_the_tenant_and_nothing_else(world: 
     assert world.get("/v1/documents", reader("default", "p1")).status_code == 200
     listed = CliRunner().invoke(app, ["tenant", "list", "--json"])
     assert [t["tenant"] for t in json.loads(listed.stdout)["data"]] == ["default"]
-
-
-async def test_an_eval_item_is_asked_in_the_runs_tenants_collection() -> None:
-    """Full-mode eval runs ask through the pipeline with the stored key (acme/kb), which the API's
-    name pattern would refuse: the request is built from the name and then pointed at the key."""
-    from evaluation.items import EvalItem, full_item
-
-    class Recorder:
-        request: QueryRequest | None = None
-
-        async def run(self, request: QueryRequest, emit: object = None) -> None:
-            self.request = request
-            raise RuntimeError("recorded")
-
-    pipeline = Recorder()
-    result = await full_item(pipeline, EvalItem(id="1", question="Which code?"), "acme/kb", 0,  # type: ignore[arg-type]
-                             answer_metrics=None, context_texts=None, prices=None,  # type: ignore[arg-type]
-                             late_grades={}, wait_for_grades=False)
-    assert pipeline.request is not None and pipeline.request.collection == "acme/kb"
-    assert result.error is not None and "recorded" in result.error

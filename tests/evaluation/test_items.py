@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 from evaluation.datasets import load_beir
-from evaluation.items import reference_correctness
+from evaluation.items import EvalItem, full_item, reference_correctness
 from evaluation.preparation import default_collection
 from evaluation.summary import summarise
-from rag_service.domain import EvalItemResult
+from rag_service.domain import EvalItemResult, QueryRequest
 
 
 def test_reference_correctness_takes_the_best_reference_and_scores_no_answer_as_wrong() -> None:
@@ -49,3 +49,21 @@ def test_the_default_collection_follows_the_corpus_not_the_qrels(tmp_path: Path)
     assert base.version != other_qrels.version  # different datasets...
     assert default_collection(base) == default_collection(other_qrels)  # ...on the same documents
     assert default_collection(edited) != default_collection(base)
+
+
+async def test_an_eval_item_is_asked_in_the_runs_tenants_collection() -> None:
+    """Full-mode eval runs ask through the pipeline with the stored key (acme/kb), which the API's
+    name pattern would refuse: the request is built from the name and then pointed at the key."""
+    class Recorder:
+        request: QueryRequest | None = None
+
+        async def run(self, request: QueryRequest, emit: object = None) -> None:
+            self.request = request
+            raise RuntimeError("recorded")
+
+    pipeline = Recorder()
+    result = await full_item(pipeline, EvalItem(id="1", question="Which code?"), "acme/kb", 0,  # type: ignore[arg-type]
+                             answer_metrics=None, context_texts=None, prices=None,  # type: ignore[arg-type]
+                             late_grades={}, wait_for_grades=False)
+    assert pipeline.request is not None and pipeline.request.collection == "acme/kb"
+    assert result.error is not None and "recorded" in result.error

@@ -4,7 +4,6 @@ items and the queue's statistics. (Answers as their askers see them, with feedba
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import bindparam
 
 from rag_service.db.engine import Database
+from rag_service.db.repos.review_scope import ReviewScope, scope_sql
 from rag_service.db.repos.scores import stored_scores
 from rag_service.db.tenancy import in_scope_sql
 from rag_service.domain import ReviewTrigger, TenantScope
@@ -104,28 +104,6 @@ class Housekeeping:
     expired: int
 
 
-@dataclass(frozen=True)
-class ReviewScope:
-    """What a reviewer may see: items in the collections of ``collections`` (a tenant's, or some of
-    them; None: every tenant's) whose question was asked with principals the reviewer holds too
-    (None: any), so a review never shows a reviewer chunks their own key could not retrieve."""
-
-    collections: TenantScope | None = None
-    principals: Sequence[str] | None = None
-
-
-def _scope_sql(scope: ReviewScope | None, params: dict[str, Any]) -> str:
-    """The WHERE condition (on ``review_items r``) that keeps a query inside ``scope``."""
-    if scope is None:
-        return "TRUE"
-    conditions = [in_scope_sql("r.collection", scope.collections, params)]
-    if scope.principals is not None:
-        params["scope_principals"] = list(scope.principals)
-        conditions.append("(SELECT sq.principals FROM queries sq WHERE sq.id = r.query_id) "
-                          "<@ CAST(:scope_principals AS text[])")
-    return " AND ".join(conditions)
-
-
 def _like(fragment: str) -> str:
     escaped = fragment.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
@@ -167,7 +145,7 @@ class ReviewRepository:
 
     @staticmethod
     def _where(filters: ReviewFilters, params: dict[str, Any], scope: ReviewScope | None) -> str:
-        conditions = [_scope_sql(scope, params)]
+        conditions = [scope_sql(scope, params)]
         if filters.status is not None:
             conditions.append("r.status = :status")
             params["status"] = filters.status
@@ -189,7 +167,7 @@ class ReviewRepository:
         """The item with its question, answer, citations, the passages read, route, intent, scores
         and decision."""
         params: dict[str, Any] = {**self._priority_params(), "id": review_id}
-        where = _scope_sql(scope, params)
+        where = scope_sql(scope, params)
         async with self._db.connect() as conn:
             row = (await conn.execute(text(
                 f"SELECT {_SUMMARY}, q.resolved_question, q.intent, q.route, a.text AS answer_text, "
@@ -247,7 +225,7 @@ class ReviewRepository:
         else is a ConflictError naming the holder and the expiry. Decided items cannot be claimed;
         expired ones can (a reviewer may still look at them)."""
         params: dict[str, Any] = {"id": review_id}
-        where = _scope_sql(scope, params)
+        where = scope_sql(scope, params)
         async with self._db.begin() as conn:
             # SKIP LOCKED: a concurrent claim holds the row lock until it commits; waiting for
             # it would only end in a conflict anyway.
@@ -312,7 +290,7 @@ class ReviewRepository:
         items: the logged question (resolved, if it was a follow-up), the approved or corrected
         answer, the answer's citations."""
         params: dict[str, Any] = {"id": review_id}
-        where = _scope_sql(scope, params)
+        where = scope_sql(scope, params)
         async with self._db.begin() as conn:
             row = (await conn.execute(text(
                 "SELECT r.status, r.claimed_by, r.lease_expires_at, r.lease_expires_at > now() AS live, "
@@ -395,7 +373,7 @@ class ReviewRepository:
 
     async def stats_inputs(self, scope: ReviewScope | None = None) -> StatsInputs:
         params: dict[str, Any] = {}
-        where = _scope_sql(scope, params)
+        where = scope_sql(scope, params)
         async with self._db.connect() as conn:
             by_status = {r.status: r.n for r in (await conn.execute(text(
                 f"SELECT r.status, count(*) AS n FROM review_items r WHERE {where} GROUP BY r.status"),
