@@ -23,6 +23,8 @@ from rag_service.errors import ConfigError, ProviderError
 @runtime_checkable
 class Reranker(Protocol):
     name: str
+    # Whether ``rerank`` needs the query's embedding (the retriever computes it when no strategy did).
+    needs_query_embedding: bool
 
     async def rerank(self, query: str, query_embedding: np.ndarray | None,
                      candidates: Sequence[Candidate]) -> list[float]:
@@ -40,6 +42,7 @@ class CohereReranker:
     """Cohere's rerank endpoint through the official ``cohere`` client (v2 API)."""
 
     name = "cohere"
+    needs_query_embedding = False
 
     def __init__(self, api_key: str, *, model: str = "rerank-v3.5", base_url: str | None = None,
                  timeout_s: float = 5.0, max_tokens_per_doc: int = 512) -> None:
@@ -144,6 +147,7 @@ class LocalReranker:
     model download: the one extra input is each candidate's stored embedding, read in one query."""
 
     name = "local"
+    needs_query_embedding = True
 
     def __init__(self, store: StoredEmbeddings, model: LinearModel | None = None) -> None:
         self._store = store

@@ -86,7 +86,7 @@ class Retriever:
         rerank_report = None
         use_reranker = self.config.rerank if request.rerank is None else request.rerank
         if use_reranker and self._reranker is not None and candidates:
-            if embedding is None:  # no semantic strategy ran (keyword or pattern only): the local ranker needs it
+            if embedding is None and self._reranker.needs_query_embedding:  # no semantic strategy ran
                 embedding = (await self._embedder.embed([request.query]))[0]
             candidates, rerank_report = await self._rerank(request.query, embedding, candidates)
         top = candidates[: request.top_k]
