@@ -125,7 +125,15 @@ class LocalEmbedder:
         return np.asarray(vectors, dtype=np.float32)
 
     async def warm_up(self) -> None:
-        await asyncio.to_thread(self.encode, ["warm-up"])
+        await asyncio.to_thread(self._warm_up)
+
+    def _warm_up(self) -> None:
+        model = self._load()
+        with self._encode_lock:
+            if self.backend == "onnx":
+                model.warm_up()
+                return
+        self.encode(["warm-up"])
 
     async def close(self) -> None:
         """Nothing to release: the model stays loaded for the life of the process."""
