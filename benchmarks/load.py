@@ -163,6 +163,18 @@ def growth(samples: list[dict], key: str, after_s: float) -> float | None:
     return round(kept[-1] - kept[0], 1) if len(kept) >= 2 else None
 
 
+def slope_per_minute(samples: list[dict], key: str, after_s: float) -> dict | None:
+    """The trend of ``key`` after ``after_s``, per minute: the Theil-Sen estimator with its 95%
+    confidence interval (scipy.stats.theilslopes), robust to the steps an allocator's RSS moves in."""
+    from scipy.stats import theilslopes
+
+    kept = [(s["t_s"] / 60, s[key]) for s in samples if s["t_s"] >= after_s and s.get(key) is not None]
+    if len(kept) < 3:
+        return None
+    slope, _, low, high = theilslopes([v for _, v in kept], [t for t, _ in kept], alpha=0.95)
+    return {"per_min": round(float(slope), 3), "ci95": [round(float(low), 3), round(float(high), 3)]}
+
+
 def main() -> None:
     from benchmarks.datasets import BENCH_DATA, ingest_once, scifact
     from benchmarks.server import serve
@@ -202,6 +214,7 @@ def main() -> None:
         "benchmark": "load", "users": args.users, "duration_s": args.duration, "warmup_s": args.warmup,
         "think_s": args.think, **report.summary(),
         "server_rss_growth_mb_after_warmup": growth(report.samples, "server_rss_mb", args.warmup),
+        "server_rss_slope_mb_after_warmup": slope_per_minute(report.samples, "server_rss_mb", args.warmup),
         "postgres_rss_growth_mb_after_warmup": growth(report.samples, "postgres_rss_mb", args.warmup),
         "postgres_connections_max": max((s["postgres_connections"] for s in report.samples), default=None),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
