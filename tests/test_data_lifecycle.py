@@ -81,7 +81,7 @@ def _stored(url: str, collection: str, document_id: str) -> dict[str, Any]:
                 "(SELECT count(*) FROM keyword_postings WHERE document_id = :d) AS postings, "
                 "(SELECT count(*) FROM documents WHERE id = :d) AS documents"), {"d": document_id})).one()
             stats = (await conn.execute(text(
-                "SELECT s.chunk_count, s.total_length FROM keyword_stats s JOIN collections c "
+                "SELECT sum(s.chunk_count), sum(s.total_length) FROM keyword_stats s JOIN collections c "
                 "ON c.id = s.collection_id WHERE c.name = :c"), {"c": collection})).one()
         return {**one._asdict(), "stats": tuple(stats)}
 

@@ -369,6 +369,9 @@ def test_tenant_delete_removes_everything_of_the_tenant_and_nothing_else(world: 
                                 ("chunks", "chunks d JOIN collections c ON c.id = d.collection_id"),
                                 ("keyword_postings", "keyword_postings d JOIN collections c ON c.id = d.collection_id"),
                                 ("keyword_stats", "keyword_stats d JOIN collections c ON c.id = d.collection_id"),
+                                ("keyword_terms", "keyword_terms d JOIN collections c ON c.id = d.collection_id"),
+                                ("keyword_term_deltas",
+                                 "keyword_term_deltas d JOIN collections c ON c.id = d.collection_id"),
                                 ("answers", "answers d JOIN queries c ON c.id = d.query_id"),
                                 ("api_keys", "api_keys c")):
                 column = "ragsvc_tenant_of(c.collection)" if table == "answers" else "c.tenant"
@@ -377,7 +380,8 @@ def test_tenant_delete_removes_everything_of_the_tenant_and_nothing_else(world: 
 
     before = rows_by_tenant()
     assert all(before[t].get("acme") for t in ("ingest_jobs", "queries", "review_items", "query_traces", "eval_runs",
-                                               "documents", "chunks", "keyword_postings", "answers", "api_keys"))
+                                               "documents", "chunks", "keyword_postings", "keyword_terms", "answers",
+                                               "api_keys"))
     monkeypatch.setenv("RAGSVC_DATABASE_URL", world.url)
     result = CliRunner().invoke(app, ["tenant", "delete", "acme", "--yes", "--json"])
     assert result.exit_code == 0, result.output

@@ -176,4 +176,8 @@ class DocumentCatalog:
             if doomed:
                 await forget_documents(conn, [r.id for r in doomed])
                 await conn.execute(delete(Document).where(Document.id.in_([r.id for r in doomed])))
+        if doomed:  # the keyword statistics' deltas the deletes appended, folded (migration 0011)
+            async with self._db.begin() as conn:
+                await conn.execute(text("SELECT keyword_fold(id) FROM collections WHERE name = :c"),
+                                   {"c": collection})
         return sorted(r.source_uri for r in doomed)

@@ -70,9 +70,10 @@ class TenantRepository:
             deleted["documents"] = int((await conn.execute(text(
                 "SELECT count(*) FROM documents d JOIN collections c ON c.id = d.collection_id WHERE c.tenant = :t"),
                 {"t": tenant})).scalar_one())
-            await conn.execute(text(
-                "DELETE FROM keyword_stats WHERE collection_id IN (SELECT id FROM collections WHERE tenant = :t)"),
-                {"t": tenant})
+            for table in ("keyword_stats", "keyword_terms", "keyword_term_deltas"):
+                await conn.execute(text(
+                    f"DELETE FROM {table} WHERE collection_id IN (SELECT id FROM collections WHERE tenant = :t)"),
+                    {"t": tenant})
             deleted["collections"] = (await conn.execute(text("DELETE FROM collections WHERE tenant = :t"),
                                                          {"t": tenant})).rowcount or 0
             deleted["api_keys"] = (await conn.execute(text("DELETE FROM api_keys WHERE tenant = :t"),

@@ -36,6 +36,20 @@ class SchemaInfo:
     embedding_dimension: int
     text_search_config: str
     has_trgm: bool
+    pgvector_version: tuple[int, ...] = (0,)
+
+    @property
+    def iterative_scans(self) -> bool:
+        """pgvector 0.8 can continue an HNSW scan until the filters have let ``top_k`` rows through."""
+        return self.pgvector_version >= (0, 8)
+
+
+def parse_version(value: str | None) -> tuple[int, ...]:
+    """'0.8.0' as (0, 8, 0); anything unreadable as (0,)."""
+    try:
+        return tuple(int(part) for part in (value or "").split("."))
+    except ValueError:
+        return (0,)
 
 
 class Explain(Executable, ClauseElement):
@@ -126,10 +140,13 @@ class PgStoreBase:
                     raise SchemaMismatchError(
                         "the database has no rag-service schema; run `ragsvc db upgrade`"
                     ) from exc
+                pgvector = (await conn.execute(text(
+                    "SELECT extversion FROM pg_extension WHERE extname = 'vector'"))).scalar_one_or_none()
             self._schema = SchemaInfo(
                 embedding_dimension=int(rows["embedding_dimension"]),
                 text_search_config=rows["text_search_config"],
                 has_trgm=rows.get("pg_trgm") == "yes",
+                pgvector_version=parse_version(pgvector),
             )
         return self._schema
 

@@ -74,14 +74,19 @@ class PgSearches(PgStoreBase):
     async def vector_search(
         self, embedding: Sequence[float], flt: SearchFilter, top_k: int, *, exact: bool = False
     ) -> list[SearchHit]:
-        stmt = self.vector_query(embedding, flt, top_k, (await self.schema()).embedding_dimension)
+        schema = await self.schema()
+        stmt = self.vector_query(embedding, flt, top_k, schema.embedding_dimension)
         async with self._db.connect() as conn:
             await conn.execute(text(f"SET LOCAL hnsw.ef_search = {max(self._ef_search, top_k)}"))
+            if schema.iterative_scans:
+                # pgvector 0.8 keeps scanning the graph until the filters have let top_k through.
+                await conn.execute(text("SET LOCAL hnsw.iterative_scan = strict_order"))
             rows = [] if exact else (await conn.execute(stmt)).all()
             if len(rows) < top_k:
                 # HNSW applies filters after the index scan, so a selective filter (or ACL) can
-                # starve the result. Re-run exactly: ordering by an expression the index cannot
-                # serve makes PostgreSQL scan only the rows the other conditions select.
+                # starve the result (before pgvector 0.8, or past its scan limit). Re-run exactly:
+                # ordering by an expression the index cannot serve makes PostgreSQL scan only the
+                # rows the other conditions select.
                 distance = Chunk.embedding.cosine_distance(np.asarray(embedding, dtype=np.float32))
                 rows = (await conn.execute(stmt.order_by(None).order_by(distance + 0))).all()
         return to_hits(rows)

@@ -7,22 +7,25 @@ checked on the temporary table before anything reaches ``chunks``.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
 from psycopg.types.json import Jsonb
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rag_service.db.models import Chunk, Collection, Document
 from rag_service.db.values import strip_nul
 from rag_service.domain import ChunkRecord, DocumentRecord
-from rag_service.errors import InvalidInputError
+from rag_service.errors import InvalidInputError, RagServiceError
 from rag_service.stores.pgvector.connection import PgStoreBase
 from rag_service.stores.pgvector.filters import PUBLIC_PRINCIPAL
+
+log = logging.getLogger(__name__)
 
 # Given the open transaction and the ids of the documents about to be deleted.
 BeforeDelete = Callable[[AsyncConnection, Sequence[uuid.UUID]], Awaitable[None]]
@@ -77,7 +80,21 @@ class PgWrites(PgStoreBase):
         if not chunks:
             return 0
         async with self._db.begin() as conn:
-            return await self._write_chunks(conn, chunks)
+            written = await self._write_chunks(conn, chunks)
+        await self.fold_keyword_deltas()
+        return written
+
+    async def fold_keyword_deltas(self) -> None:
+        """Fold the keyword statistics' deltas that writers appended (migration 0011) into one row
+        per term and collection. Writers never wait for it, and readers add unfolded deltas, so a
+        fold that fails or is skipped (another is running) costs read speed only."""
+        try:
+            async with self._db.begin() as conn:
+                await conn.execute(text(
+                    "SELECT keyword_fold(c) FROM (SELECT DISTINCT collection_id AS c FROM keyword_term_deltas "
+                    "UNION SELECT collection_id FROM keyword_stats GROUP BY collection_id HAVING count(*) > 1) x"))
+        except RagServiceError as exc:
+            log.warning("could not fold the keyword statistics (%s); reads add the deltas meanwhile", exc)
 
     async def replace_documents(self, items: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord]]]) -> int:
         """Upsert each document and swap its chunks for the given ones, all in one transaction:
@@ -93,7 +110,9 @@ class PgWrites(PgStoreBase):
                         "replace it under its stored id"
                     )
             await conn.execute(delete(Chunk).where(Chunk.document_id.in_([d.id for d, _ in items])))
-            return await self._write_chunks(conn, [chunk for _, chunks in items for chunk in chunks])
+            written = await self._write_chunks(conn, [chunk for _, chunks in items for chunk in chunks])
+        await self.fold_keyword_deltas()
+        return written
 
     async def _write_chunks(self, conn: AsyncConnection, chunks: Sequence[ChunkRecord]) -> int:
         """Binary COPY into a temp table, then one INSERT ... ON CONFLICT, inside the caller's transaction."""
@@ -167,4 +186,5 @@ class PgWrites(PgStoreBase):
             if before_delete is not None:
                 await before_delete(conn, [document_id])
             result = await conn.execute(delete(Document).where(Document.id == document_id))
-            return result.rowcount > 0
+        await self.fold_keyword_deltas()
+        return result.rowcount > 0

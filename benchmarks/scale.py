@@ -1,0 +1,278 @@
+"""How search, hybrid query and ingestion costs grow with a collection's size (issue 15).
+
+    .venv/bin/python -m benchmarks.scale --sizes 10000,100000 [--json] [--ef 20,40,80,160]
+        [--recall-queries 100] [--skip-http]
+
+Each size gets its own data dir (``.bench-data/scale-N``, its own embedded PostgreSQL), holding one
+collection ``scifact`` built by ``benchmarks/scale_data.py``: the real SciFact documents (chunks and
+vectors as the service ingested them, read from the SciFact benchmark data dir) plus generated
+documents up to N searchable chunks. A data dir already holding N chunks is reused (remove it to
+build again). For each size, over SciFact's 300 test queries (their relevant documents are in
+every collection):
+
+- build seconds (through the store's bulk write path) and the database's size on disk;
+- semantic search in the store (HNSW) at several ``ef_search``: p50/p95 and recall@10 against an
+  exact scan over the same collection (on the first ``--recall-queries`` queries);
+- keyword (BM25) in the store: p50/p95 over all queries and over the queries holding a common
+  term (one in at least 5% of the chunks);
+- over HTTP (``ragsvc serve``, default configuration): ``/v1/search`` top_k 10 (the default hybrid
+  route) and ``/v1/query`` (no LLM) p50/p95 at concurrency 1 and requests/s at concurrency 16, and
+  SciFact nDCG@10 of ``/v1/search``'s results;
+- a calibration of the machine in the same run: the raw embedder's chunks/s on 256 fixed SciFact
+  chunks, before and after the size's measurements (these machines differ by up to 2.5x).
+
+Prints a table at the end; with --json only one JSON object per line per size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import numpy as np
+from sqlalchemy import text
+
+from benchmarks.datasets import BENCH_DATA, ingest_once, open_runtime, scifact
+from benchmarks.ir import latency, quality, ranking
+from benchmarks.scale_data import SEED_COLLECTION, Seed, build, load_seed, read_seed, save_seed
+from benchmarks.server import serve
+from rag_service.domain import SearchFilter
+from rag_service.stores.pgvector import PgVectorStore
+
+COLLECTION = SEED_COLLECTION
+COMMON_DF = 0.05  # a term in at least this share of the chunks is "common"
+SEED_FILE = BENCH_DATA / "scale-seed.npz"
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def seed() -> Seed:
+    """SciFact as ingested (the SciFact benchmark data dir, ingested first if needed), cached."""
+    if not SEED_FILE.exists():
+        data_dir = BENCH_DATA / "scifact"
+        ingest_once(data_dir, scifact("test"))
+
+        async def read() -> Seed:
+            runtime = open_runtime(data_dir)
+            try:
+                return await read_seed(runtime)
+            finally:
+                await runtime.close()
+
+        save_seed(asyncio.run(read()), SEED_FILE)
+    return load_seed(SEED_FILE)
+
+
+def calibration(runtime, texts: list[str]) -> float:  # noqa: ANN001
+    runtime.embedder.encode(texts[:8])
+    started = time.perf_counter()
+    runtime.embedder.encode(texts)
+    return round(len(texts) / (time.perf_counter() - started), 1)
+
+
+async def chunk_count(runtime) -> int:  # noqa: ANN001
+    async with runtime.db.engine.connect() as conn:
+        return int((await conn.execute(text(
+            "SELECT count(*) FROM chunks c JOIN collections k ON k.id = c.collection_id "
+            "WHERE k.name = :c AND c.embedding IS NOT NULL"), {"c": COLLECTION})).scalar_one())
+
+
+async def maintenance(runtime) -> float:  # noqa: ANN001
+    """VACUUM ANALYZE (as autovacuum would for a long-running server); the database's size in MB."""
+    async with runtime.db.engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await conn.execute(text("VACUUM ANALYZE"))
+        return round(int((await conn.execute(text("SELECT pg_database_size(current_database())"))).scalar_one())
+                     / 2**20, 1)
+
+
+async def common_queries(runtime, queries: list[str]) -> list[str]:  # noqa: ANN001
+    """The queries holding a term found in at least COMMON_DF of the collection's chunks."""
+    async with runtime.db.engine.connect() as conn:
+        n = await chunk_count(runtime)
+        out = []
+        for query in queries:
+            df = (await conn.execute(text(
+                "SELECT max(df) FROM (SELECT count(*) AS df FROM keyword_postings p "
+                "JOIN collections k ON k.id = p.collection_id WHERE k.name = :c AND p.term IN "
+                "(SELECT lexeme FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :q))) GROUP BY p.term) x"),
+                {"c": COLLECTION, "q": query, "cfg": runtime.settings.text_search_config})).scalar_one()
+            if df is not None and df >= COMMON_DF * n:
+                out.append(query)
+        return out
+
+
+async def timed(calls) -> tuple[list[float], list]:  # noqa: ANN001
+    ms, results = [], []
+    for call in calls:
+        started = time.perf_counter()
+        results.append(await call())
+        ms.append((time.perf_counter() - started) * 1000)
+    return ms, results
+
+
+async def store_figures(runtime, queries: list[str], efs: list[int], recall_queries: int) -> dict:  # noqa: ANN001
+    flt = SearchFilter(collection=COLLECTION)
+    vectors = runtime.embedder.encode(queries)
+    exact_store = runtime.store
+    truth = []
+    for v in vectors[:recall_queries]:
+        truth.append({h.chunk_id for h in await exact_store.vector_search(v, flt, 10, exact=True)})
+    semantic = {}
+    for ef in efs:
+        store = PgVectorStore(runtime.db, ef_search=ef, pattern_timeout_ms=runtime.settings.pattern_timeout_ms)
+        await store.vector_search(vectors[0], flt, 10)  # warm
+        ms, hits = await timed([lambda v=v, s=store: s.vector_search(v, flt, 10) for v in vectors])
+        recall = np.mean([len({h.chunk_id for h in got} & want) / max(1, len(want))
+                          for got, want in zip(hits, truth, strict=False)])
+        semantic[ef] = {**latency(ms), "recall_at_10": round(float(recall), 4)}
+    common = await common_queries(runtime, queries)
+    await runtime.store.keyword_search(queries[0], flt, 10)  # warm
+    keyword_ms, _ = await timed([lambda q=q: runtime.store.keyword_search(q, flt, 10) for q in queries])
+    common_ms, _ = await timed([lambda q=q: runtime.store.keyword_search(q, flt, 10) for q in common])
+    return {"semantic": semantic, "keyword": latency(keyword_ms),
+            "keyword_common": {**latency(common_ms), "queries": len(common)}}
+
+
+def http_figures(data_dir: Path, queries: dict[str, str], qrels: dict) -> dict:
+    """/v1/search and /v1/query one at a time, then 16 at a time."""
+    with serve(data_dir) as base:
+        with httpx.Client(base_url=base, timeout=120) as client:
+            def search(q: str) -> httpx.Response:
+                return client.post("/v1/search", json={"query": q, "collection": COLLECTION, "top_k": 10})
+
+            def ask(q: str) -> httpx.Response:
+                return client.post("/v1/query", json={"question": q, "collection": COLLECTION})
+
+            search(next(iter(queries.values())))
+            ask(next(iter(queries.values())))
+            run, search_ms, query_ms = {}, [], []
+            for qid, q in queries.items():
+                started = time.perf_counter()
+                r = search(q)
+                search_ms.append((time.perf_counter() - started) * 1000)
+                r.raise_for_status()
+                run[qid] = ranking(h["source_uri"] for h in r.json()["results"])
+            for q in queries.values():
+                started = time.perf_counter()
+                ask(q).raise_for_status()
+                query_ms.append((time.perf_counter() - started) * 1000)
+        search_qps = asyncio.run(_qps(base, "/v1/search", [{"query": q, "collection": COLLECTION, "top_k": 10}
+                                                           for q in queries.values()]))
+        query_qps = asyncio.run(_qps(base, "/v1/query", [{"question": q, "collection": COLLECTION}
+                                                         for q in queries.values()]))
+    return {"search": {**latency(search_ms), "qps_16": search_qps}, "query": {**latency(query_ms), "qps_16": query_qps},
+            **quality({q: qrels[q] for q in run}, run, ("ndcg@10",))}
+
+
+async def _qps(base: str, path: str, bodies: list[dict], concurrency: int = 16) -> float:
+    pending = list(bodies)
+    limits = httpx.Limits(max_connections=concurrency, keepalive_expiry=4.0)
+    async with httpx.AsyncClient(base_url=base, timeout=120, limits=limits) as client:
+        async def worker() -> None:
+            while pending:
+                (await client.post(path, json=pending.pop())).raise_for_status()
+
+        started = time.perf_counter()
+        await asyncio.gather(*[worker() for _ in range(concurrency)])
+        return round(len(bodies) / (time.perf_counter() - started), 1)
+
+
+def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
+    data_dir = BENCH_DATA / f"scale-{size}"
+    dataset = scifact("test")
+    queries = list(dataset.queries.values())
+    calibration_texts = [c.text for c in the_seed.leaves[:256]]
+
+    async def store_part() -> dict:
+        runtime = open_runtime(data_dir)
+        try:
+            before = calibration(runtime, calibration_texts)
+            build_s = None
+            held = await chunk_count(runtime)
+            if held != max(size, the_seed.chunk_count):
+                if held:
+                    raise SystemExit(f"{data_dir} holds {held:,} chunks, not {size:,}: remove it to build again")
+                log(f"building {size:,} chunks in {data_dir}")
+                build_s = round(await build(runtime.store, the_seed, COLLECTION, size,
+                                            progress=lambda n: log(f"  {n:,} / {size:,} chunks")), 1)
+            disk_mb = await maintenance(runtime)
+            figures = await store_figures(runtime, queries, args.ef, args.recall_queries)
+            return {"chunks": await chunk_count(runtime), "build_s": build_s, "disk_mb": disk_mb, **figures,
+                    "calibration_before": before}
+        finally:
+            await runtime.close()
+
+    result = asyncio.run(store_part())
+    http = {} if args.skip_http else http_figures(data_dir, dataset.queries, dataset.qrels)
+
+    async def after() -> float:
+        runtime = open_runtime(data_dir)
+        try:
+            return calibration(runtime, calibration_texts)
+        finally:
+            await runtime.close()
+
+    result["calibration_after"] = asyncio.run(after())
+    default_ef = str(args.default_ef)
+    semantic = result["semantic"].get(args.default_ef) or next(iter(result["semantic"].values()))
+    return {
+        "chunks": result["chunks"], "build_s": result["build_s"], "disk_mb": result["disk_mb"],
+        "semantic_p95_ms": semantic["p95_ms"], "semantic_recall_at_10": semantic["recall_at_10"],
+        "keyword_p95_ms": result["keyword"]["p95_ms"], "keyword_common_p95_ms": result["keyword_common"]["p95_ms"],
+        "hybrid_p95_ms": http.get("search", {}).get("p95_ms"), "query_p95_ms": http.get("query", {}).get("p95_ms"),
+        "query_qps_16": http.get("query", {}).get("qps_16"), "ndcg_at_10": http.get("ndcg@10"),
+        "calibration_chunks_per_s": round((result["calibration_before"] + result["calibration_after"]) / 2, 1),
+        "detail": {"semantic_by_ef_search": {str(k): v for k, v in result["semantic"].items()},
+                   "semantic_ef_search": default_ef, "keyword": result["keyword"],
+                   "keyword_common": result["keyword_common"], "http": http,
+                   "calibration_before_after": [result["calibration_before"], result["calibration_after"]]},
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+    }
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| chunks | build s | disk MB | semantic p95 ms (recall@10) | keyword p95 / common p95 ms | "
+            "/v1/search p95 ms | /v1/query p95 ms | query/s at 16 | nDCG@10 | calibration chunks/s |")
+    lines = [head, "|" + "---|" * 10]
+    for r in rows:
+        lines.append(f"| {r['chunks']:,} | {r['build_s']} | {r['disk_mb']:,} | {r['semantic_p95_ms']} "
+                     f"({r['semantic_recall_at_10']}) | {r['keyword_p95_ms']} / {r['keyword_common_p95_ms']} | "
+                     f"{r['hybrid_p95_ms']} | {r['query_p95_ms']} | {r['query_qps_16']} | {r['ndcg_at_10']} | "
+                     f"{r['calibration_chunks_per_s']} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="10000,100000", help="comma-separated chunk counts")
+    parser.add_argument("--ef", default="20,40,80,160", help="hnsw.ef_search values to measure")
+    parser.add_argument("--default-ef", type=int, default=40, help="the ef_search the headline figures use")
+    parser.add_argument("--recall-queries", type=int, default=100, help="queries with an exact scan for recall")
+    parser.add_argument("--skip-http", action="store_true", help="store-level figures only")
+    parser.add_argument("--json", action="store_true", help="only one JSON object per line per size")
+    args = parser.parse_args()
+    args.ef = [int(x) for x in args.ef.split(",")]
+    the_seed = seed()
+    rows = []
+    for size in [int(s) for s in args.sizes.split(",")]:
+        row = measure_size(size, the_seed, args)
+        rows.append(row)
+        print(json.dumps(row if args.json else {k: v for k, v in row.items() if k != "detail"}), flush=True)
+    if not args.json:
+        print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""Collections of 10k to 1M chunks for the scale benchmark, built without running the embedder per chunk.
+
+The seed is SciFact as the service ingested it (its real chunks, real vectors and real documents,
+read from the SciFact benchmark data dir and cached as one file). A collection of N chunks holds
+every real SciFact document (so its qrels still judge the results) plus generated documents up to
+N chunks:
+
+- text: words drawn from the seed's own word distribution (which is Zipfian, as any corpus's), with
+  chunk lengths and chunks per document drawn from the seed's, split into sentences of 8-30 words;
+- vectors: each generated document picks one real chunk vector as its topic and each of its chunks
+  is that vector plus isotropic Gaussian noise, renormalised (cosine to the topic ~0.8), so the
+  generated vectors are spread around the real ones as a growing corpus's would be.
+
+Everything is written through the store's bulk write path (``replace_documents``: binary COPY, the
+keyword-index triggers, the HNSW index maintained as rows arrive), in batches of documents.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy import select
+
+from rag_service.db.models import Chunk, Collection, Document
+from rag_service.domain import ChunkRecord, DocumentRecord
+
+SEED_COLLECTION = "scifact"
+TOPIC_NOISE = 0.75  # |noise| / |topic| for generated vectors: cosine to the topic 1/sqrt(1 + 0.75^2) = 0.8
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9-]*")
+
+
+@dataclass
+class SeedChunk:
+    ordinal: int
+    text: str
+    start_char: int
+    end_char: int
+    token_count: int
+    parent: int | None          # index of its parent within the document's chunks
+    metadata: dict
+    vector: np.ndarray | None   # None for parent chunks
+
+
+@dataclass
+class SeedDocument:
+    source_uri: str
+    title: str | None
+    content_hash: str
+    metadata: dict
+    chunks: list[SeedChunk]
+
+
+@dataclass
+class Seed:
+    documents: list[SeedDocument]
+
+    @property
+    def leaves(self) -> list[SeedChunk]:
+        return [c for d in self.documents for c in d.chunks if c.vector is not None]
+
+    @property
+    def chunk_count(self) -> int:
+        return len(self.leaves)
+
+
+async def read_seed(runtime, collection: str = SEED_COLLECTION) -> Seed:  # noqa: ANN001 - a Runtime
+    """The collection's documents and chunks, vectors included, in a stable order."""
+    stmt = (
+        select(Document.source_uri, Document.title, Document.content_hash, Document.metadata_.label("doc_meta"),
+               Chunk.id, Chunk.parent_id, Chunk.ordinal, Chunk.text, Chunk.start_char, Chunk.end_char,
+               Chunk.token_count, Chunk.metadata_.label("chunk_meta"), Chunk.embedding)
+        .join(Chunk, Chunk.document_id == Document.id).join(Collection, Collection.id == Document.collection_id)
+        .where(Collection.name == collection).order_by(Document.source_uri, Chunk.ordinal, Chunk.id)
+    )
+    async with runtime.db.engine.connect() as conn:
+        rows = (await conn.execute(stmt)).all()
+    documents: dict[str, SeedDocument] = {}
+    positions: dict[uuid.UUID, int] = {}
+    pending: list[tuple[SeedChunk, uuid.UUID | None]] = []
+    for r in rows:
+        doc = documents.setdefault(
+            r.source_uri, SeedDocument(r.source_uri, r.title, r.content_hash, r.doc_meta or {}, []))
+        positions[r.id] = len(doc.chunks)
+        chunk = SeedChunk(r.ordinal, r.text, r.start_char, r.end_char, r.token_count, None, r.chunk_meta or {},
+                          None if r.embedding is None else np.asarray(r.embedding, dtype=np.float32))
+        doc.chunks.append(chunk)
+        pending.append((chunk, r.parent_id))
+    for chunk, parent_id in pending:
+        chunk.parent = positions[parent_id] if parent_id is not None else None
+    return Seed(list(documents.values()))
+
+
+def save_seed(seed: Seed, path: Path) -> None:
+    leaves = [c.vector for d in seed.documents for c in d.chunks if c.vector is not None]
+    docs = [{"source_uri": d.source_uri, "title": d.title, "content_hash": d.content_hash, "metadata": d.metadata,
+             "chunks": [{"ordinal": c.ordinal, "text": c.text, "start_char": c.start_char, "end_char": c.end_char,
+                         "token_count": c.token_count, "parent": c.parent, "metadata": c.metadata,
+                         "leaf": c.vector is not None} for c in d.chunks]} for d in seed.documents]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, vectors=np.vstack(leaves), documents=np.frombuffer(json.dumps(docs).encode(), np.uint8))
+
+
+def load_seed(path: Path) -> Seed:
+    data = np.load(path)
+    vectors = iter(data["vectors"])
+    documents = []
+    for d in json.loads(data["documents"].tobytes()):
+        chunks = [SeedChunk(c["ordinal"], c["text"], c["start_char"], c["end_char"], c["token_count"], c["parent"],
+                            c["metadata"], next(vectors) if c["leaf"] else None) for c in d["chunks"]]
+        documents.append(SeedDocument(d["source_uri"], d["title"], d["content_hash"], d["metadata"], chunks))
+    return Seed(documents)
+
+
+class Generator:
+    """Generated documents that follow the seed's word, length and topic distributions."""
+
+    def __init__(self, seed: Seed, rng: np.random.Generator) -> None:
+        counts: dict[str, int] = {}
+        lengths = []
+        for chunk in seed.leaves:
+            words = _WORD.findall(chunk.text)
+            lengths.append(len(words))
+            for w in words:
+                counts[w.lower()] = counts.get(w.lower(), 0) + 1
+        self.words = np.array(list(counts))
+        freq = np.array(list(counts.values()), dtype=np.float64)
+        self.p = freq / freq.sum()
+        self.lengths = np.array([n for n in lengths if n > 0])
+        self.chunks_per_doc = np.array([sum(c.vector is not None for c in d.chunks) for d in seed.documents])
+        self.chunks_per_doc = self.chunks_per_doc[self.chunks_per_doc > 0]
+        self.topics = np.vstack([c.vector for c in seed.leaves])
+        self.rng = rng
+
+    def text(self) -> str:
+        n = int(self.rng.choice(self.lengths))
+        words = self.words[self.rng.choice(len(self.words), size=max(n, 1), p=self.p)].tolist()
+        sentences, i = [], 0
+        while i < len(words):
+            step = int(self.rng.integers(8, 31))
+            part = words[i:i + step]
+            sentences.append(part[0].capitalize() + (" " + " ".join(part[1:]) if len(part) > 1 else "") + ".")
+            i += step
+        return " ".join(sentences)
+
+    def vectors(self, n: int) -> np.ndarray:
+        topic = self.topics[int(self.rng.integers(len(self.topics)))]
+        noise = self.rng.standard_normal((n, topic.shape[0])).astype(np.float32)
+        noise *= TOPIC_NOISE / np.linalg.norm(noise, axis=1, keepdims=True)
+        out = topic[None, :] + noise
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+    def document(self, collection: str, index: int, budget: int) -> tuple[DocumentRecord, list[ChunkRecord]]:
+        n = max(1, min(budget, int(self.rng.choice(self.chunks_per_doc))))
+        doc = DocumentRecord(collection=collection, source_uri=f"generated/{index:07d}", title=f"Generated {index}",
+                             content_hash=f"generated-{index}", metadata={"generated": True})
+        texts = [self.text() for _ in range(n)]
+        chunks, offset = [], 0
+        for ordinal, (text, vector) in enumerate(zip(texts, self.vectors(n), strict=True)):
+            chunks.append(ChunkRecord(document_id=doc.id, ordinal=ordinal, text=text, start_char=offset,
+                                      end_char=offset + len(text), token_count=len(text.split()),
+                                      content_hash=f"generated-{index}-{ordinal}", embedding=vector.tolist()))
+            offset += len(text) + 1
+        return doc, chunks
+
+
+def real_documents(seed: Seed, collection: str) -> Iterator[tuple[DocumentRecord, list[ChunkRecord]]]:
+    """The seed's documents as they were ingested (new ids; parents kept)."""
+    for d in seed.documents:
+        doc = DocumentRecord(collection=collection, source_uri=d.source_uri, title=d.title,
+                             content_hash=d.content_hash, metadata=d.metadata)
+        ids = [uuid.uuid4() for _ in d.chunks]
+        yield doc, [ChunkRecord(id=ids[i], document_id=doc.id, parent_id=None if c.parent is None else ids[c.parent],
+                                ordinal=c.ordinal, text=c.text, start_char=c.start_char, end_char=c.end_char,
+                                token_count=c.token_count, content_hash=f"{d.content_hash}-{i}", metadata=c.metadata,
+                                embedding=None if c.vector is None else c.vector.tolist())
+                    for i, c in enumerate(d.chunks)]
+
+
+async def build(store, seed: Seed, collection: str, chunks: int, *, batch_chunks: int = 2000,  # noqa: ANN001
+                progress: Callable[[int], None] | None = None, rng_seed: int = 0) -> float:
+    """Write the seed's documents and generated ones until ``chunks`` searchable chunks; seconds taken."""
+    generator = Generator(seed, np.random.default_rng(rng_seed))
+    started = time.perf_counter()
+    written = 0
+    batch: list[tuple[DocumentRecord, list[ChunkRecord]]] = []
+
+    async def flush() -> None:
+        if batch:
+            await store.replace_documents(batch)
+            batch.clear()
+
+    def searchable(items: list[ChunkRecord]) -> int:
+        return sum(c.embedding is not None for c in items)
+
+    pending = 0
+    for item in real_documents(seed, collection):
+        batch.append(item)
+        pending += len(item[1])
+        written += searchable(item[1])
+        if pending >= batch_chunks:
+            await flush()
+            pending = 0
+            if progress:
+                progress(written)
+    index = 0
+    while written < chunks:
+        item = generator.document(collection, index, chunks - written)
+        index += 1
+        batch.append(item)
+        pending += len(item[1])
+        written += len(item[1])
+        if pending >= batch_chunks:
+            await flush()
+            pending = 0
+            if progress:
+                progress(written)
+    await flush()
+    if progress:
+        progress(written)
+    return time.perf_counter() - started
