@@ -53,7 +53,7 @@ async def scifact_store(databases, local_embedder):
     """SciFact's 5,183 documents, one chunk each (title and text); the vector is irrelevant here."""
     url = databases.create()
     db = Database.from_settings(load_settings(database_url=url), url=url)
-    store = PgVectorStore(db)
+    store = PgVectorStore(db, keyword_exhaustive_below=0)  # the threshold path at any size
     rows = [json.loads(line) for line in (SHARED_DATA / "scifact" / "corpus.jsonl").read_text().splitlines()]
     vector = local_embedder.encode(["scientific claim"])[0].tolist()
     await _write(store, "scifact", [f"{r['title']}. {r['text']}" for r in rows], vector)
@@ -85,7 +85,7 @@ _WEIGHTS = 1 / np.arange(1, len(_VOCABULARY) + 1)  # Zipf: w0 is in most chunks,
 async def zipf_store(databases, local_embedder):
     url = databases.create()
     db = Database.from_settings(load_settings(database_url=url), url=url)
-    store = PgVectorStore(db)
+    store = PgVectorStore(db, keyword_exhaustive_below=0)  # the threshold path at any size
     rng = np.random.default_rng(11)
     texts = [" ".join(rng.choice(_VOCABULARY, size=int(rng.integers(3, 120)), p=_WEIGHTS / _WEIGHTS.sum()))
              for _ in range(3000)]
@@ -115,6 +115,13 @@ async def test_common_terms_are_answered_without_reading_whole_lists(zipf_store:
     assert (zipf_store.keyword_paths - before)["threshold"] == 3
 
 
+async def test_few_postings_are_scored_exhaustively(zipf_store: PgVectorStore) -> None:
+    small = PgVectorStore(zipf_store._db)  # the default: the threshold path only for long lists
+    before = small.keyword_paths.copy()
+    await small.keyword_search("w399", SearchFilter(collection="zipf"), 10)
+    assert (small.keyword_paths - before) == {"exhaustive": 1}
+
+
 async def _counts(db: Database, collection: str) -> tuple[dict[str, int], dict[str, int], tuple[int, int], tuple]:
     async with db.engine.connect() as conn:
         cid = (await conn.execute(text("SELECT id FROM collections WHERE name = :c"), {"c": collection})).scalar_one()
@@ -137,7 +144,7 @@ async def _counts(db: Database, collection: str) -> tuple[dict[str, int], dict[s
 async def test_parallel_writers_keep_exact_statistics(databases, local_embedder) -> None:
     url = databases.create()
     db = Database.from_settings(load_settings(database_url=url), url=url)
-    store = PgVectorStore(db)
+    store = PgVectorStore(db, keyword_exhaustive_below=0)  # the threshold path at any size
     vector = local_embedder.encode(["writer"])[0].tolist()
     try:
         async def writer(n: int) -> None:
@@ -162,7 +169,7 @@ async def test_a_writer_never_waits_for_another_writers_statistics(databases, lo
     first (one row per collection did: it was locked until the first committed)."""
     url = databases.create()
     db = Database.from_settings(load_settings(database_url=url), url=url)
-    store = PgVectorStore(db)
+    store = PgVectorStore(db, keyword_exhaustive_below=0)  # the threshold path at any size
     vector = local_embedder.encode(["concurrent"])[0].tolist()
     try:
         await _write(store, "hot", ["w0 w1 first"], vector, prefix="seed")

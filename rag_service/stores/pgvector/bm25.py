@@ -34,6 +34,9 @@ IMPACT_K1, IMPACT_B, IMPACT_LENGTH = 1.2, 0.75, 128.0
 FIRST_DEPTH = 64   # postings read per term in the first round (at least 2 x top_k)
 DEPTH_GROWTH = 8   # each further round reads this many times deeper
 MAX_ROUNDS = 3     # then every posting is scored
+# Below this many postings over the query's terms, scoring them all is cheaper than the threshold
+# path's three statements (SciFact, 9,707 chunks: p95 14 ms exhaustive against 20 ms).
+EXHAUSTIVE_BELOW = 25_000
 
 _TERMS = """
     WITH q AS (
@@ -83,9 +86,10 @@ class PgKeywordSearch(PgStoreBase):
     """``keyword_search``: Okapi BM25 over the keyword postings. (``text_search``, the other half
     of KeywordSearch, reads ``chunks`` like the other searches and lives beside them in search.py.)"""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, keyword_exhaustive_below: int = EXHAUSTIVE_BELOW, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # How searches were answered: "threshold" (proved early), "threshold gave up", "exhaustive".
+        self._exhaustive_below = keyword_exhaustive_below
+        # How searches were answered: "threshold" (proved from the best postings) or "exhaustive".
         self.keyword_paths: Counter[str] = Counter()
 
     async def keyword_search(
@@ -108,8 +112,8 @@ class PgKeywordSearch(PgStoreBase):
                 conn = await conn.execution_options(isolation_level="REPEATABLE READ")
                 async with conn.begin():
                     hits = await self._threshold_top(conn, query, config, flt, top_k)
-            self.keyword_paths["threshold" if hits is not None else "threshold gave up"] += 1
             if hits is not None:
+                self.keyword_paths["threshold"] += 1
                 return hits
         self.keyword_paths["exhaustive"] += 1
         scored = self._bm25_scores(query, config, flt.collection, k1, b)
@@ -140,7 +144,8 @@ class PgKeywordSearch(PgStoreBase):
     async def _threshold_top(self, conn: Any, query: str, config: str, flt: SearchFilter,
                              top_k: int) -> list[SearchHit] | None:
         """The exhaustive BM25's top ``top_k`` from the terms' best postings (see the module's
-        docstring); None when the rounds end without proof, for the exhaustive path to answer."""
+        docstring); None when the terms have few postings (scoring them all is cheaper) or the
+        rounds end without proof, for the exhaustive path to answer."""
         cid = (await conn.execute(text("SELECT id FROM collections WHERE name = :c"),
                                   {"c": flt.collection})).scalar_one_or_none()
         if cid is None:
@@ -150,6 +155,8 @@ class PgKeywordSearch(PgStoreBase):
             bindparam("cid", cid)))).all()
         if not terms:
             return []
+        if sum(int(t.df) for t in terms) < self._exhaustive_below:
+            return None
         names, idfs, avgdl = [t.term for t in terms], [float(t.idf) for t in terms], float(terms[0].avgdl)
         # Stored impacts assume a chunk length of IMPACT_LENGTH; with a longer average the true
         # term score is at most avgdl / IMPACT_LENGTH times the stored one (never more).
