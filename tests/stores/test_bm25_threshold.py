@@ -115,11 +115,13 @@ async def test_common_terms_are_answered_without_reading_whole_lists(zipf_store:
     assert (zipf_store.keyword_paths - before)["threshold"] == 3
 
 
-async def test_few_postings_are_scored_exhaustively(zipf_store: PgVectorStore) -> None:
-    small = PgVectorStore(zipf_store._db)  # the default: the threshold path only for long lists
-    before = small.keyword_paths.copy()
-    await small.keyword_search("w399", SearchFilter(collection="zipf"), 10)
-    assert (small.keyword_paths - before) == {"exhaustive": 1}
+async def test_the_threshold_path_is_off_by_default_and_skips_short_lists(zipf_store: PgVectorStore) -> None:
+    default = PgVectorStore(zipf_store._db)
+    await default.keyword_search("w0 w1", SearchFilter(collection="zipf"), 10)
+    assert default.keyword_paths == {"exhaustive": 1}
+    from_long_lists = PgVectorStore(zipf_store._db, keyword_exhaustive_below=1_000_000)
+    await from_long_lists.keyword_search("w0 w1", SearchFilter(collection="zipf"), 10)
+    assert from_long_lists.keyword_paths == {"exhaustive": 1}
 
 
 async def _counts(db: Database, collection: str) -> tuple[dict[str, int], dict[str, int], tuple[int, int], tuple]:

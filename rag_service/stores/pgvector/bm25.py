@@ -4,11 +4,12 @@ Scores come from the ``keyword_postings``, ``keyword_terms`` and ``keyword_stats
 triggers on ``chunks``), so a query reads only the postings of its own terms; filters are checked
 on ``documents`` and only the best ``top_k`` chunk rows are read in full.
 
-A common term's posting list grows with the collection, so a query does not read whole lists: it
-reads each term's postings best first (ordered by their stored impact) to a depth, scores those
-candidates exactly, and stops when the k-th best score beats what any unread chunk could reach
-(Fagin's threshold algorithm). Otherwise it reads deeper, and in the end scores every posting, so
-the result is always the exhaustive BM25's.
+A common term's posting list grows with the collection. The store can avoid reading whole lists
+(``keyword_exhaustive_below``): it then reads each term's postings best first (ordered by their
+stored impact) to a depth, scores those candidates exactly, and stops when the k-th best score beats
+what any unread chunk could reach (Fagin's threshold algorithm); otherwise it reads deeper, and in the
+end scores every posting, so the result is always the exhaustive BM25's. It is off by default: on
+the collections measured it was slower than scoring every posting (see EXHAUSTIVE_BELOW).
 """
 
 from __future__ import annotations
@@ -34,9 +35,12 @@ IMPACT_K1, IMPACT_B, IMPACT_LENGTH = 1.2, 0.75, 128.0
 FIRST_DEPTH = 64   # postings read per term in the first round (at least 2 x top_k)
 DEPTH_GROWTH = 8   # each further round reads this many times deeper
 MAX_ROUNDS = 3     # then every posting is scored
-# Below this many postings over the query's terms, scoring them all is cheaper than the threshold
-# path's three statements (SciFact, 9,707 chunks: p95 14 ms exhaustive against 20 ms).
-EXHAUSTIVE_BELOW = 25_000
+# Off by default (None): measured, the threshold path was slower than scoring every posting. On
+# SciFact (9,707 chunks) p95 20 ms against 14; on 100,000 chunks (benchmarks/scale.py) it proved
+# 0 of 80 queries from the first 64 postings per term and p95 was 231-248 ms against 149, because
+# the common terms' impacts stay near their maximum for thousands of postings, so the bound of
+# queries with many such terms stays above the k-th score. Set a posting count to use it above.
+EXHAUSTIVE_BELOW: int | None = None
 
 _TERMS = """
     WITH q AS (
@@ -86,7 +90,7 @@ class PgKeywordSearch(PgStoreBase):
     """``keyword_search``: Okapi BM25 over the keyword postings. (``text_search``, the other half
     of KeywordSearch, reads ``chunks`` like the other searches and lives beside them in search.py.)"""
 
-    def __init__(self, *args: Any, keyword_exhaustive_below: int = EXHAUSTIVE_BELOW, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, keyword_exhaustive_below: int | None = EXHAUSTIVE_BELOW, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._exhaustive_below = keyword_exhaustive_below
         # How searches were answered: "threshold" (proved from the best postings) or "exhaustive".
@@ -106,7 +110,8 @@ class PgKeywordSearch(PgStoreBase):
         query = query.replace("\x00", "")
         config = (await self.schema()).text_search_config
         restriction = web_search_restriction(query)
-        if not exhaustive and flt.collection is not None and not restriction and (k1, b) == (IMPACT_K1, IMPACT_B):
+        threshold = self._exhaustive_below is not None and (k1, b) == (IMPACT_K1, IMPACT_B)
+        if threshold and not exhaustive and flt.collection is not None and not restriction:
             async with self._db.connect() as conn:
                 # One snapshot for the frequencies, the bounds and the candidates.
                 conn = await conn.execution_options(isolation_level="REPEATABLE READ")
@@ -155,7 +160,7 @@ class PgKeywordSearch(PgStoreBase):
             bindparam("cid", cid)))).all()
         if not terms:
             return []
-        if sum(int(t.df) for t in terms) < self._exhaustive_below:
+        if sum(int(t.df) for t in terms) < (self._exhaustive_below or 0):
             return None
         names, idfs, avgdl = [t.term for t in terms], [float(t.idf) for t in terms], float(terms[0].avgdl)
         # Stored impacts assume a chunk length of IMPACT_LENGTH; with a longer average the true
