@@ -389,6 +389,11 @@ def test_tenant_delete_removes_everything_of_the_tenant_and_nothing_else(world: 
     assert deleted["collections"] == 1 and deleted["documents"] == 3 and deleted["api_keys"] == 5
     after = rows_by_tenant()
     assert all("acme" not in after[table] for table in after), after
+    with psycopg.connect(world.url.replace("postgresql+psycopg://", "postgresql://", 1)) as conn:  # no orphan rows
+        assert conn.execute("SELECT (SELECT count(*) FROM keyword_stats WHERE collection_id NOT IN (SELECT id FROM "
+                            "collections)) + (SELECT count(*) FROM keyword_terms WHERE collection_id NOT IN (SELECT "
+                            "id FROM collections)) + (SELECT count(*) FROM keyword_term_deltas WHERE collection_id "
+                            "NOT IN (SELECT id FROM collections))").fetchone()[0] == 0
     assert all(after[table].get("default") == before[table].get("default") for table in after)  # untouched
     # The keys are gone: a running server refuses them once its key cache (5 s) lapses.
     deadline = time.monotonic() + 15

@@ -14,6 +14,9 @@ posting of every term: a common term's list grows with the collection. Now:
   the write has committed. Readers add the deltas not yet folded, so every count is exact at all
   times.
 
+Upgrading rewrites ``keyword_postings`` (the stored ``impact`` column) and builds its index: chunk
+writes and keyword searches wait for it, about as long as the first build of the keyword index.
+
 Revision ID: 0011
 Revises: 0010
 Create Date: 2026-11-26
@@ -73,7 +76,7 @@ _FOLD = """
 CREATE FUNCTION keyword_fold(target bigint) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
     -- One folder per collection; a writer never waits for it (writers only append).
-    IF NOT pg_try_advisory_xact_lock(hashtext('ragsvc keyword_fold'), target::int) THEN
+    IF NOT pg_try_advisory_xact_lock(hashtextextended('ragsvc keyword_fold ' || target, 0)) THEN
         RETURN false;
     END IF;
     WITH moved AS (

@@ -70,12 +70,14 @@ class TenantRepository:
             deleted["documents"] = int((await conn.execute(text(
                 "SELECT count(*) FROM documents d JOIN collections c ON c.id = d.collection_id WHERE c.tenant = :t"),
                 {"t": tenant})).scalar_one())
-            for table in ("keyword_stats", "keyword_terms", "keyword_term_deltas"):
-                await conn.execute(text(
-                    f"DELETE FROM {table} WHERE collection_id IN (SELECT id FROM collections WHERE tenant = :t)"),
-                    {"t": tenant})
+            ids = list((await conn.execute(text("SELECT id FROM collections WHERE tenant = :t"),
+                                           {"t": tenant})).scalars())
             deleted["collections"] = (await conn.execute(text("DELETE FROM collections WHERE tenant = :t"),
                                                          {"t": tenant})).rowcount or 0
+            # After the collections: deleting their chunks appends keyword deltas (migration 0011). In
+            # the fold's lock order (deltas, terms, stats), so a fold running meanwhile cannot deadlock.
+            for table in ("keyword_term_deltas", "keyword_terms", "keyword_stats"):
+                await conn.execute(text(f"DELETE FROM {table} WHERE collection_id = ANY(:ids)"), {"ids": ids})
             deleted["api_keys"] = (await conn.execute(text("DELETE FROM api_keys WHERE tenant = :t"),
                                                       {"t": tenant})).rowcount or 0
         return deleted

@@ -93,7 +93,8 @@ class PgKeywordSearch(PgStoreBase):
     def __init__(self, *args: Any, keyword_exhaustive_below: int | None = EXHAUSTIVE_BELOW, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._exhaustive_below = keyword_exhaustive_below
-        # How searches were answered: "threshold" (proved from the best postings) or "exhaustive".
+        # How searches were answered: "threshold proved" (from the best postings), "threshold read
+        # every posting" (the lists were shorter than the depth) or "exhaustive".
         self.keyword_paths: Counter[str] = Counter()
 
     async def keyword_search(
@@ -118,7 +119,6 @@ class PgKeywordSearch(PgStoreBase):
                 async with conn.begin():
                     hits = await self._threshold_top(conn, query, config, flt, top_k)
             if hits is not None:
-                self.keyword_paths["threshold"] += 1
                 return hits
         self.keyword_paths["exhaustive"] += 1
         scored = self._bm25_scores(query, config, flt.collection, k1, b)
@@ -187,10 +187,12 @@ class PgKeywordSearch(PgStoreBase):
                 .order_by(best.c.score.desc(), Chunk.id))).all()
             unread = dict((await conn.execute(text(_NEXT_IMPACT).bindparams(*arrays, bindparam("depth", depth)))).all())
             if all(unread.get(name) is None for name in names):
-                return to_hits(rows)  # every posting of every term was read: exhaustive already
+                self.keyword_paths["threshold read every posting"] += 1
+                return to_hits(rows)
             ceiling = stretch * sum(idf * (unread.get(name) or 0.0) for name, idf in zip(names, idfs, strict=True))
             # Strictly above, with room for rounding: a tie with an unread chunk could change the order.
             if len(rows) == top_k and float(rows[-1].score) > ceiling * (1 + 1e-9) + 1e-12:
+                self.keyword_paths["threshold proved"] += 1
                 return to_hits(rows)
             depth *= DEPTH_GROWTH
         return None

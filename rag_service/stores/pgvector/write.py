@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rag_service.db.models import Chunk, Collection, Document
 from rag_service.db.values import strip_nul
 from rag_service.domain import ChunkRecord, DocumentRecord
-from rag_service.errors import InvalidInputError, RagServiceError
+from rag_service.errors import InvalidInputError
 from rag_service.stores.pgvector.connection import PgStoreBase
 from rag_service.stores.pgvector.filters import PUBLIC_PRINCIPAL
 
@@ -92,9 +92,11 @@ class PgWrites(PgStoreBase):
             async with self._db.begin() as conn:
                 await conn.execute(text(
                     "SELECT keyword_fold(c) FROM (SELECT DISTINCT collection_id AS c FROM keyword_term_deltas "
-                    "UNION SELECT collection_id FROM keyword_stats GROUP BY collection_id HAVING count(*) > 1) x"))
-        except RagServiceError as exc:
-            log.warning("could not fold the keyword statistics (%s); reads add the deltas meanwhile", exc)
+                    "UNION SELECT collection_id FROM keyword_stats GROUP BY collection_id HAVING count(*) > 1) x "
+                    "WHERE c IN (SELECT id FROM collections)"))
+        except Exception as exc:  # the write has committed: a fold that fails must not fail it
+            log.warning("could not fold the keyword statistics (%s: %s); reads add the deltas meanwhile",
+                        type(exc).__name__, exc)
 
     async def replace_documents(self, items: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord]]]) -> int:
         """Upsert each document and swap its chunks for the given ones, all in one transaction:
@@ -186,5 +188,6 @@ class PgWrites(PgStoreBase):
             if before_delete is not None:
                 await before_delete(conn, [document_id])
             result = await conn.execute(delete(Document).where(Document.id == document_id))
-        await self.fold_keyword_deltas()
+        if result.rowcount:
+            await self.fold_keyword_deltas()
         return result.rowcount > 0
