@@ -199,23 +199,18 @@ async def build(store, seed: Seed, collection: str, chunks: int, *, batch_chunks
     def searchable(items: list[ChunkRecord]) -> int:
         return sum(c.embedding is not None for c in items)
 
+    def documents() -> Iterator[tuple[DocumentRecord, list[ChunkRecord]]]:
+        yield from real_documents(seed, collection)
+        index = 0
+        while written < chunks:
+            yield generator.document(collection, index, chunks - written)
+            index += 1
+
     pending = 0
-    for item in real_documents(seed, collection):
+    for item in documents():
         batch.append(item)
         pending += len(item[1])
         written += searchable(item[1])
-        if pending >= batch_chunks:
-            await flush()
-            pending = 0
-            if progress:
-                progress(written)
-    index = 0
-    while written < chunks:
-        item = generator.document(collection, index, chunks - written)
-        index += 1
-        batch.append(item)
-        pending += len(item[1])
-        written += len(item[1])
         if pending >= batch_chunks:
             await flush()
             pending = 0

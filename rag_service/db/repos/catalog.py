@@ -67,7 +67,8 @@ class DocumentCatalog:
                                   created_at=r.created_at) for r in rows]
 
     async def searchable_chunks(self, collection: str | None) -> int:
-        """Searchable (embedded) chunks in a collection, or in all: one row read, kept by triggers."""
+        """Searchable (embedded) chunks in a collection, or in all: the few statistics rows kept by
+        triggers (appended deltas, folded after writes), summed."""
         stmt = text(
             "SELECT coalesce(sum(chunk_count), 0) FROM keyword_stats WHERE collection_id IN "
             "(SELECT id FROM collections" + (" WHERE name = :name)" if collection is not None else ")")

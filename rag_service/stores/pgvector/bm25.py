@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from sqlalchemy import CTE, Float, bindparam, cast, column, func, literal, select, text
+from sqlalchemy import CTE, Float, Select, bindparam, cast, column, func, literal, select, text
 from sqlalchemy.dialects.postgresql import ARRAY, DOUBLE_PRECISION, REGCONFIG
 from sqlalchemy.dialects.postgresql import TEXT as PG_TEXT
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
@@ -86,6 +86,17 @@ _CANDIDATES = """
 """
 
 
+def _best_visible(scored: CTE, flt: SearchFilter, top_k: int) -> Select[Any]:
+    """The ``top_k`` best of (chunk_id, document_id, score) rows whose documents pass the filter."""
+    return (
+        select(scored.c.chunk_id, scored.c.score)
+        .select_from(scored.join(Document, Document.id == scored.c.document_id))
+        .where(*build_filter(flt, scope_chunks=False))
+        .order_by(scored.c.score.desc(), scored.c.chunk_id)
+        .limit(top_k)
+    )
+
+
 class PgKeywordSearch(PgStoreBase):
     """``keyword_search``: Okapi BM25 over the keyword postings. (``text_search``, the other half
     of KeywordSearch, reads ``chunks`` like the other searches and lives beside them in search.py.)"""
@@ -124,13 +135,7 @@ class PgKeywordSearch(PgStoreBase):
         scored = self._bm25_scores(query, config, flt.collection, k1, b)
         # Filters are checked on documents for every scored chunk; only the best top_k chunk rows
         # (with their text) are read afterwards.
-        best = (
-            select(scored.c.chunk_id, scored.c.score)
-            .select_from(scored.join(Document, Document.id == scored.c.document_id))
-            .where(*build_filter(flt, scope_chunks=False))
-            .order_by(scored.c.score.desc(), scored.c.chunk_id)
-            .limit(top_k)
-        )
+        best = _best_visible(scored, flt, top_k)
         if restriction:
             # "Phrases" and -exclusions keep their web-search meaning; BM25 orders what they allow.
             # Only those parts restrict: the other words stay optional, as BM25 treats them.
@@ -175,13 +180,7 @@ class PgKeywordSearch(PgStoreBase):
                 bindparam("avgdl", avgdl, type_=Float),
             ).columns(column("chunk_id", PG_UUID(as_uuid=True)), column("document_id", PG_UUID(as_uuid=True)),
                       column("score", Float)).cte("candidates")
-            best = (
-                select(scored.c.chunk_id, scored.c.score)
-                .select_from(scored.join(Document, Document.id == scored.c.document_id))
-                .where(*build_filter(flt, scope_chunks=False))
-                .order_by(scored.c.score.desc(), scored.c.chunk_id)
-                .limit(top_k)
-            ).subquery("best")
+            best = _best_visible(scored, flt, top_k).subquery("best")
             rows = (await conn.execute(
                 base_select(best.c.score).join(best, best.c.chunk_id == Chunk.id)
                 .order_by(best.c.score.desc(), Chunk.id))).all()
