@@ -22,7 +22,6 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -34,77 +33,14 @@ from rag_service.db.engine import Database
 from rag_service.db.repos.eval_runs import EvalRunRepository
 from rag_service.domain import DatasetRef, EvalRunRequest, collection_key
 from tests.apps import served, wait_for_job
-from tests.test_auth import bearer, create_key
+from tests.tenant_world import PLANTED, PRINCIPALS, READERS, SHARED, TENANTS, Planted, World, keys_for, reader
+from tests.test_auth import bearer
 from tests.test_mcp import _json, over_http
 
-TENANTS = ("default", "acme")
-PRINCIPALS = ("p1", "p2")
-READERS = [(t, p) for t in TENANTS for p in PRINCIPALS]
-SHARED = "quarterly ledger reconciliation"
 STRATEGY_SETS: list[tuple[list[str] | None, bool]] = [
     (["semantic"], False), (["keyword"], False), (["pattern"], False), (["metadata"], False),
     (None, False), (None, True),  # fused; and with the adaptive loop's relaxations
 ]
-
-
-@dataclass(frozen=True)
-class Planted:
-    tenant: str
-    acl: str | None  # None: public
-    ident: str  # for the pattern strategy (an identifier it recognises), e.g. ACM-202
-    word: str  # for the keyword strategy
-
-    @property
-    def uri(self) -> str:
-        return f"{self.tenant}-{self.acl or 'public'}.md"
-
-    @property
-    def text(self) -> str:
-        owner = f"the {self.acl} team" if self.acl else "everyone"
-        return (f"The {SHARED} for {owner} of {self.tenant} uses the code {self.ident}. "
-                f"Its codeword is {self.word}, and it is filed every quarter.")
-
-    def visible_to(self, tenant: str, principal: str) -> bool:
-        return self.tenant == tenant and self.acl in (None, principal)
-
-
-PLANTED = [Planted(t, acl, f"{t[:3].upper()}-{100 * (i + 1) + j}", f"zorbl{t}{acl or 'pub'}x")
-           for i, t in enumerate(TENANTS) for j, acl in enumerate((None, *PRINCIPALS), start=1)]
-
-
-@dataclass
-class World:
-    base: str
-    url: str
-    keys: dict[str, str]
-    ids: dict[str, str] = field(default_factory=dict)  # uri -> document id
-    jobs: dict[str, set[str]] = field(default_factory=dict)  # tenant -> job ids
-
-    def get(self, path: str, key: str, **params: Any) -> httpx.Response:
-        return httpx.get(f"{self.base}{path}", headers=bearer(self.keys[key]), params=params, timeout=60)
-
-    def post(self, path: str, key: str, body: Any) -> httpx.Response:
-        return httpx.post(f"{self.base}{path}", headers=bearer(self.keys[key]), json=body, timeout=120)
-
-    def visible(self, tenant: str, principal: str) -> set[str]:
-        return {self.ids[d.uri] for d in PLANTED if d.visible_to(tenant, principal)}
-
-    def hidden_tokens(self, tenant: str, principal: str) -> list[str]:
-        return [token for d in PLANTED if not d.visible_to(tenant, principal) for token in (d.ident, d.word)]
-
-
-def reader(tenant: str, principal: str) -> str:
-    return f"{tenant}-reader-{principal}"
-
-
-def _keys(url: str) -> dict[str, str]:
-    keys: dict[str, str] = {}
-    for t in TENANTS:
-        for p in PRINCIPALS:
-            keys[reader(t, p)] = create_key(url, "reader", tenant=t, principals=[p])
-        for role in ("ingester", "reviewer", "admin"):
-            keys[f"{t}-{role}"] = create_key(url, role, tenant=t, principals=list(PRINCIPALS))
-    return keys
 
 
 def _wait(world: World, status_url: str, key: str) -> dict[str, Any]:
@@ -113,7 +49,7 @@ def _wait(world: World, status_url: str, key: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def world(migrated_url: str) -> Iterator[World]:
-    keys = _keys(migrated_url)
+    keys = keys_for(migrated_url)
     settings = load_settings(database_url=migrated_url, serve_worker="on", worker_heartbeat_s=1, experiment_check_s=0)
     with served(settings) as base:
         w = World(base, migrated_url, keys)
@@ -360,20 +296,20 @@ def test_tenant_delete_removes_everything_of_the_tenant_and_nothing_else(world: 
 
     from rag_service.cli import app
 
+    by_collection_id = ("documents", "chunks", "keyword_postings", "keyword_stats", "keyword_terms",
+                        "keyword_term_deltas")
+
+    def connect() -> psycopg.Connection:
+        return psycopg.connect(world.url.replace("postgresql+psycopg://", "postgresql://", 1))
+
     def rows_by_tenant() -> dict[str, dict[str, int]]:
-        with psycopg.connect(world.url.replace("postgresql+psycopg://", "postgresql://", 1)) as conn:
+        with connect() as conn:
             counts = {table: dict(conn.execute(
                 f"SELECT ragsvc_tenant_of(collection), count(*) FROM {table} GROUP BY 1").fetchall())
                 for table in ("ingest_jobs", "queries", "review_items", "conversations", "query_traces", "eval_runs")}
-            for table, join in (("documents", "documents d JOIN collections c ON c.id = d.collection_id"),
-                                ("chunks", "chunks d JOIN collections c ON c.id = d.collection_id"),
-                                ("keyword_postings", "keyword_postings d JOIN collections c ON c.id = d.collection_id"),
-                                ("keyword_stats", "keyword_stats d JOIN collections c ON c.id = d.collection_id"),
-                                ("keyword_terms", "keyword_terms d JOIN collections c ON c.id = d.collection_id"),
-                                ("keyword_term_deltas",
-                                 "keyword_term_deltas d JOIN collections c ON c.id = d.collection_id"),
-                                ("answers", "answers d JOIN queries c ON c.id = d.query_id"),
-                                ("api_keys", "api_keys c")):
+            joins = {table: f"{table} d JOIN collections c ON c.id = d.collection_id" for table in by_collection_id}
+            joins |= {"answers": "answers d JOIN queries c ON c.id = d.query_id", "api_keys": "api_keys c"}
+            for table, join in joins.items():
                 column = "ragsvc_tenant_of(c.collection)" if table == "answers" else "c.tenant"
                 counts[table] = dict(conn.execute(f"SELECT {column}, count(*) FROM {join} GROUP BY 1").fetchall())
         return counts
@@ -389,11 +325,10 @@ def test_tenant_delete_removes_everything_of_the_tenant_and_nothing_else(world: 
     assert deleted["collections"] == 1 and deleted["documents"] == 3 and deleted["api_keys"] == 5
     after = rows_by_tenant()
     assert all("acme" not in after[table] for table in after), after
-    with psycopg.connect(world.url.replace("postgresql+psycopg://", "postgresql://", 1)) as conn:  # no orphan rows
-        assert conn.execute("SELECT (SELECT count(*) FROM keyword_stats WHERE collection_id NOT IN (SELECT id FROM "
-                            "collections)) + (SELECT count(*) FROM keyword_terms WHERE collection_id NOT IN (SELECT "
-                            "id FROM collections)) + (SELECT count(*) FROM keyword_term_deltas WHERE collection_id "
-                            "NOT IN (SELECT id FROM collections))").fetchone()[0] == 0
+    with connect() as conn:  # nor rows of a collection that is gone
+        for table in by_collection_id:
+            assert conn.execute(f"SELECT count(*) FROM {table} WHERE collection_id NOT IN "
+                                "(SELECT id FROM collections)").fetchone()[0] == 0, table
     assert all(after[table].get("default") == before[table].get("default") for table in after)  # untouched
     # The keys are gone: a running server refuses them once its key cache (5 s) lapses.
     deadline = time.monotonic() + 15
