@@ -3,7 +3,6 @@ the documents API) and how much. Always PostgreSQL, whichever VectorStore holds 
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -29,8 +28,6 @@ from rag_service.domain import (
 # A collection that exists is remembered this long: collections are created far more rarely than
 # they are searched, and every query checks one.
 KNOWN_COLLECTION_TTL_S = 5.0
-
-log = logging.getLogger(__name__)
 
 
 class DocumentCatalog:
@@ -180,11 +177,4 @@ class DocumentCatalog:
             if doomed:
                 await forget_documents(conn, [r.id for r in doomed])
                 await conn.execute(delete(Document).where(Document.id.in_([r.id for r in doomed])))
-        if doomed:  # the keyword statistics' deltas the deletes appended, folded (migration 0011)
-            try:
-                async with self._db.begin() as conn:
-                    await conn.execute(text("SELECT keyword_fold(id) FROM collections WHERE name = :c"),
-                                       {"c": collection})
-            except Exception as exc:  # the deletes have committed; reads add unfolded deltas meanwhile
-                log.warning("could not fold the keyword statistics of %s (%s)", collection, exc)
         return sorted(r.source_uri for r in doomed)
