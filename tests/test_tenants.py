@@ -296,8 +296,7 @@ def test_tenant_delete_removes_everything_of_the_tenant_and_nothing_else(world: 
 
     from rag_service.cli import app
 
-    by_collection_id = ("documents", "chunks", "keyword_postings", "keyword_stats", "keyword_terms",
-                        "keyword_term_deltas")
+    by_collection_id = ("documents", "chunks", "keyword_postings", "keyword_stats")
 
     def connect() -> psycopg.Connection:
         return psycopg.connect(world.url.replace("postgresql+psycopg://", "postgresql://", 1))
@@ -316,7 +315,7 @@ def test_tenant_delete_removes_everything_of_the_tenant_and_nothing_else(world: 
 
     before = rows_by_tenant()
     assert all(before[t].get("acme") for t in ("ingest_jobs", "queries", "review_items", "query_traces", "eval_runs",
-                                               "documents", "chunks", "keyword_postings", "keyword_terms", "answers",
+                                               "documents", "chunks", "keyword_postings", "keyword_stats", "answers",
                                                "api_keys"))
     monkeypatch.setenv("RAGSVC_DATABASE_URL", world.url)
     result = CliRunner().invoke(app, ["tenant", "delete", "acme", "--yes", "--json"])

@@ -74,10 +74,8 @@ class TenantRepository:
                                            {"t": tenant})).scalars())
             deleted["collections"] = (await conn.execute(text("DELETE FROM collections WHERE tenant = :t"),
                                                          {"t": tenant})).rowcount or 0
-            # After the collections: deleting their chunks appends keyword deltas (migration 0011). In
-            # the fold's lock order (deltas, terms, stats), so a fold running meanwhile cannot deadlock.
-            for table in ("keyword_term_deltas", "keyword_terms", "keyword_stats"):
-                await conn.execute(text(f"DELETE FROM {table} WHERE collection_id = ANY(:ids)"), {"ids": ids})
+            # After the collections: deleting their chunks appends keyword statistics deltas.
+            await conn.execute(text("DELETE FROM keyword_stats WHERE collection_id = ANY(:ids)"), {"ids": ids})
             deleted["api_keys"] = (await conn.execute(text("DELETE FROM api_keys WHERE tenant = :t"),
                                                       {"t": tenant})).rowcount or 0
         return deleted

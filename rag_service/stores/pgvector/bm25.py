@@ -1,24 +1,21 @@
 """BM25 keyword search on the pgvector store.
 
-Scores come from the ``keyword_postings``, ``keyword_terms`` and ``keyword_stats`` tables (kept by
-triggers on ``chunks``), so a query reads only the postings of its own terms; filters are checked
-on ``documents`` and only the best ``top_k`` chunk rows are read in full.
+Scores come from the ``keyword_postings`` and ``keyword_stats`` tables (kept by triggers on
+``chunks``), so a query reads only the postings of its own terms; filters are checked on
+``documents`` and only the best ``top_k`` chunk rows are read in full.
 
-A common term's posting list grows with the collection. The store can avoid reading whole lists
-(``keyword_exhaustive_below``): it then reads each term's postings best first (ordered by their
-stored impact) to a depth, scores those candidates exactly, and stops when the k-th best score beats
-what any unread chunk could reach (Fagin's threshold algorithm); otherwise it reads deeper, and in the
-end scores every posting, so the result is always the exhaustive BM25's. It is off by default: on
-the collections measured it was slower than scoring every posting (see EXHAUSTIVE_BELOW).
+Every posting of every query term is scored, so a common term's cost grows with the collection
+(149 ms p95 at 100,000 chunks; docs/scaling.md). A threshold-algorithm top k over impact-ordered
+postings was built, tested exact and measured slower here (migration 0011, removed by 0012): common
+terms keep near-maximal impacts for thousands of postings, so its bound rarely stops early.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from sqlalchemy import CTE, Float, Select, bindparam, cast, column, func, literal, select, text
-from sqlalchemy.dialects.postgresql import ARRAY, DOUBLE_PRECISION, REGCONFIG
+from sqlalchemy.dialects.postgresql import REGCONFIG
 from sqlalchemy.dialects.postgresql import TEXT as PG_TEXT
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 
@@ -28,62 +25,6 @@ from rag_service.errors import InvalidInputError
 from rag_service.stores.pgvector.connection import PgStoreBase
 from rag_service.stores.pgvector.filters import build_filter, check_top_k, web_search_restriction
 from rag_service.stores.pgvector.search import base_select, to_hits
-
-# The stored impact (migration 0011) is BM25's term-frequency part at these parameters and a
-# reference chunk length: tf (k1 + 1) / (tf + k1 (1 - b + b len / IMPACT_LENGTH)).
-IMPACT_K1, IMPACT_B, IMPACT_LENGTH = 1.2, 0.75, 128.0
-FIRST_DEPTH = 64   # postings read per term in the first round (at least 2 x top_k)
-DEPTH_GROWTH = 8   # each further round reads this many times deeper
-MAX_ROUNDS = 3     # then every posting is scored
-# Off by default (None): measured, the threshold path was slower than scoring every posting. On
-# SciFact (9,707 chunks) p95 20 ms against 14; on 100,000 chunks (benchmarks/scale.py) it proved
-# 0 of 80 queries from the first 64 postings per term and p95 was 231-248 ms against 149, because
-# the common terms' impacts stay near their maximum for thousands of postings, so the bound of
-# queries with many such terms stays above the k-th score. Set a posting count to use it above.
-EXHAUSTIVE_BELOW: int | None = None
-
-_TERMS = """
-    WITH q AS (
-        SELECT DISTINCT lexeme AS term FROM unnest(to_tsvector(CAST(:config AS regconfig), :query))
-    ), stats AS (
-        SELECT greatest(sum(chunk_count), 1)::float8 AS n,
-               greatest(sum(total_length)::float8 / greatest(sum(chunk_count), 1), 1) AS avgdl
-        FROM keyword_stats WHERE collection_id = :cid
-    ), df AS (
-        -- Folded frequencies plus the deltas writers appended since (migration 0011).
-        SELECT q.term,
-               coalesce((SELECT t.df FROM keyword_terms t WHERE t.collection_id = :cid AND t.term = q.term), 0)
-               + coalesce((SELECT sum(d.df) FROM keyword_term_deltas d
-                           WHERE d.collection_id = :cid AND d.term = q.term), 0) AS df
-        FROM q
-    )
-    SELECT df.term, df.df, ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5)) AS idf, s.avgdl
-    FROM df CROSS JOIN stats s WHERE df.df > 0
-"""
-
-# The first unread impact of each term: no unread posting of that term scores above it.
-_NEXT_IMPACT = """
-    SELECT w.term, (SELECT p.impact FROM keyword_postings p WHERE p.collection_id = :cid AND p.term = w.term
-                    ORDER BY p.impact DESC OFFSET :depth LIMIT 1) AS impact
-    FROM unnest(CAST(:terms AS text[])) AS w(term)
-"""
-
-# Every chunk among some term's best ``depth`` postings, scored exactly over all the query's terms.
-_CANDIDATES = """
-    WITH w AS (
-        SELECT * FROM unnest(CAST(:terms AS text[]), CAST(:idfs AS float8[])) AS w(term, idf)
-    ), cand AS (
-        SELECT DISTINCT b.chunk_id FROM w CROSS JOIN LATERAL (
-            SELECT p.chunk_id FROM keyword_postings p WHERE p.collection_id = :cid AND p.term = w.term
-            ORDER BY p.impact DESC LIMIT :depth
-        ) b
-    )
-    SELECT p.chunk_id, p.document_id,
-           sum(w.idf * p.tf * (:k1 + 1) / (p.tf + :k1 * (1 - :b + :b * p.chunk_length / :avgdl))) AS score
-    FROM cand c CROSS JOIN w
-    JOIN keyword_postings p ON p.collection_id = :cid AND p.term = w.term AND p.chunk_id = c.chunk_id
-    GROUP BY p.chunk_id, p.document_id
-"""
 
 
 def _best_visible(scored: CTE, flt: SearchFilter, top_k: int) -> Select[Any]:
@@ -101,19 +42,9 @@ class PgKeywordSearch(PgStoreBase):
     """``keyword_search``: Okapi BM25 over the keyword postings. (``text_search``, the other half
     of KeywordSearch, reads ``chunks`` like the other searches and lives beside them in search.py.)"""
 
-    def __init__(self, *args: Any, keyword_exhaustive_below: int | None = EXHAUSTIVE_BELOW, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._exhaustive_below = keyword_exhaustive_below
-        # How searches were answered: "threshold proved" (from the best postings), "threshold read
-        # every posting" (the lists were shorter than the depth) or "exhaustive".
-        self.keyword_paths: Counter[str] = Counter()
-
     async def keyword_search(
         self, query: str, flt: SearchFilter, top_k: int, *, k1: float = 1.2, b: float = 0.75,
-        exhaustive: bool = False,
     ) -> list[SearchHit]:
-        """BM25's top ``top_k``; ``exhaustive`` scores every posting (the reference the threshold
-        algorithm is tested against)."""
         check_top_k(top_k)
         if not query.strip():
             raise InvalidInputError("text query must not be empty")
@@ -122,16 +53,6 @@ class PgKeywordSearch(PgStoreBase):
         query = query.replace("\x00", "")
         config = (await self.schema()).text_search_config
         restriction = web_search_restriction(query)
-        threshold = self._exhaustive_below is not None and (k1, b) == (IMPACT_K1, IMPACT_B)
-        if threshold and not exhaustive and flt.collection is not None and not restriction:
-            async with self._db.connect() as conn:
-                # One snapshot for the frequencies, the bounds and the candidates.
-                conn = await conn.execution_options(isolation_level="REPEATABLE READ")
-                async with conn.begin():
-                    hits = await self._threshold_top(conn, query, config, flt, top_k)
-            if hits is not None:
-                return hits
-        self.keyword_paths["exhaustive"] += 1
         scored = self._bm25_scores(query, config, flt.collection, k1, b)
         # Filters are checked on documents for every scored chunk; only the best top_k chunk rows
         # (with their text) are read afterwards.
@@ -150,51 +71,6 @@ class PgKeywordSearch(PgStoreBase):
         async with self._db.connect() as conn:
             rows = (await conn.execute(stmt)).all()
         return to_hits(rows)
-
-    async def _threshold_top(self, conn: Any, query: str, config: str, flt: SearchFilter,
-                             top_k: int) -> list[SearchHit] | None:
-        """The exhaustive BM25's top ``top_k`` from the terms' best postings (see the module's
-        docstring); None when the terms have few postings (scoring them all is cheaper) or the
-        rounds end without proof, for the exhaustive path to answer."""
-        cid = (await conn.execute(text("SELECT id FROM collections WHERE name = :c"),
-                                  {"c": flt.collection})).scalar_one_or_none()
-        if cid is None:
-            return []
-        terms = (await conn.execute(text(_TERMS).bindparams(
-            bindparam("config", config, type_=PG_TEXT), bindparam("query", query, type_=PG_TEXT),
-            bindparam("cid", cid)))).all()
-        if not terms:
-            return []
-        if sum(int(t.df) for t in terms) < (self._exhaustive_below or 0):
-            return None
-        names, idfs, avgdl = [t.term for t in terms], [float(t.idf) for t in terms], float(terms[0].avgdl)
-        # Stored impacts assume a chunk length of IMPACT_LENGTH; with a longer average the true
-        # term score is at most avgdl / IMPACT_LENGTH times the stored one (never more).
-        stretch = max(1.0, avgdl / IMPACT_LENGTH)
-        depth = max(FIRST_DEPTH, 2 * top_k)
-        arrays = [bindparam("terms", names, type_=ARRAY(PG_TEXT)), bindparam("cid", cid)]
-        for _ in range(MAX_ROUNDS):
-            scored = text(_CANDIDATES).bindparams(
-                *arrays, bindparam("idfs", idfs, type_=ARRAY(DOUBLE_PRECISION)), bindparam("depth", depth),
-                bindparam("k1", IMPACT_K1, type_=Float), bindparam("b", IMPACT_B, type_=Float),
-                bindparam("avgdl", avgdl, type_=Float),
-            ).columns(column("chunk_id", PG_UUID(as_uuid=True)), column("document_id", PG_UUID(as_uuid=True)),
-                      column("score", Float)).cte("candidates")
-            best = _best_visible(scored, flt, top_k).subquery("best")
-            rows = (await conn.execute(
-                base_select(best.c.score).join(best, best.c.chunk_id == Chunk.id)
-                .order_by(best.c.score.desc(), Chunk.id))).all()
-            unread = dict((await conn.execute(text(_NEXT_IMPACT).bindparams(*arrays, bindparam("depth", depth)))).all())
-            if all(unread.get(name) is None for name in names):
-                self.keyword_paths["threshold read every posting"] += 1
-                return to_hits(rows)
-            ceiling = stretch * sum(idf * (unread.get(name) or 0.0) for name, idf in zip(names, idfs, strict=True))
-            # Strictly above, with room for rounding: a tie with an unread chunk could change the order.
-            if len(rows) == top_k and float(rows[-1].score) > ceiling * (1 + 1e-9) + 1e-12:
-                self.keyword_paths["threshold proved"] += 1
-                return to_hits(rows)
-            depth *= DEPTH_GROWTH
-        return None
 
     @staticmethod
     def _bm25_scores(query: str, config: str, collection: str | None, k1: float, b: float) -> CTE:

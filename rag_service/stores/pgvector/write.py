@@ -85,15 +85,14 @@ class PgWrites(PgStoreBase):
         return written
 
     async def fold_keyword_deltas(self) -> None:
-        """Fold the keyword statistics' deltas that writers appended (migration 0011) into one row
-        per term and collection. Writers never wait for it, and readers add unfolded deltas, so a
-        fold that fails or is skipped (another is running) costs read speed only."""
+        """Fold the keyword statistics' delta rows that writers appended (migrations 0011, 0012) into
+        one row per collection. Writers never wait for it, and readers sum the rows, so a fold that
+        fails or is skipped (another is running) costs read speed only."""
         try:
             async with self._db.begin() as conn:
                 await conn.execute(text(
-                    "SELECT keyword_fold(c) FROM (SELECT DISTINCT collection_id AS c FROM keyword_term_deltas "
-                    "UNION SELECT collection_id FROM keyword_stats GROUP BY collection_id HAVING count(*) > 1) x "
-                    "WHERE c IN (SELECT id FROM collections)"))
+                    "SELECT keyword_fold(c) FROM (SELECT collection_id AS c FROM keyword_stats "
+                    "GROUP BY collection_id HAVING count(*) > 1) x WHERE c IN (SELECT id FROM collections)"))
         except Exception as exc:  # the write has committed: a fold that fails must not fail it
             log.warning("could not fold the keyword statistics (%s: %s); reads add the deltas meanwhile",
                         type(exc).__name__, exc)
