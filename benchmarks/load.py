@@ -1,6 +1,6 @@
 """Load and soak: many simulated users against one `ragsvc serve`, over loopback.
 
-    .venv/bin/python -m benchmarks.load [--users 100] [--duration 600] [--warmup 60] [--think 2.0]
+    .venv/bin/python -m benchmarks.load [--users 100] [--duration 600] [--warmup 60] [--think 2.0] [--burst N]
 
 SciFact's corpus is ingested once into the data dir (collection scifact); then ``ragsvc serve`` runs
 with the defaults (its in-process worker included) and ``--users`` users, each in a loop: wait an
@@ -8,6 +8,12 @@ exponential think time (mean ``--think`` s), then search (35%), ask (35%), ask s
 rate an earlier answer (15%); a trickle of ingestion (one small document every 10 s, by whoever's turn
 it is) runs alongside. Every 10 s the benchmark samples the server's RSS, PostgreSQL's processes' RSS
 and its connection count.
+
+For the second half of the warm-up, ``--burst`` more users without think time join (by default as
+many as the server's in-flight bound), so the server works on as many queries at once as it ever
+will before anything is measured. Python's and glibc's allocators keep the memory of their highest
+concurrency as free space: without the burst, RSS stepped up each time the users happened to reach
+a new peak of requests in flight (measured with tracemalloc and smaps: the live heap did not grow).
 
 Reports, for the time after the warm-up: per route the count, p50/p95/p99 latency and status counts;
 throughput; the errors that are not the designed 429/503 (a 503 carries Retry-After); and the RSS
@@ -69,8 +75,10 @@ class LoadReport:
 
 async def run_load(base: str, questions: list[str], collection: str, *, users: int, duration_s: float,
                    warmup_s: float, think_s: float, sample: Callable[[], dict] | None = None,
-                   sample_every_s: float = 10.0, seed: int = 0) -> LoadReport:
-    """Drive ``users`` simulated users for ``duration_s`` (after ``warmup_s``, which is not counted)."""
+                   sample_every_s: float = 10.0, seed: int = 0, burst_users: int = 0) -> LoadReport:
+    """Drive ``users`` simulated users for ``duration_s`` (after ``warmup_s``, which is not counted).
+    ``burst_users`` more users without think time join for the second half of the warm-up, so the
+    server reaches its in-flight bound (and the memory that takes) before anything is measured."""
     report = LoadReport()
     rng = random.Random(seed)
     answers: list[str] = []
@@ -80,7 +88,8 @@ async def run_load(base: str, questions: list[str], collection: str, *, users: i
     last_ingest = [start]
     # Idle connections are dropped before uvicorn's 5 s keep-alive ends them: with both at 5 s, a request
     # sent on a connection the server was closing failed with a ReadError (1 in 61,000 in a 23-minute soak).
-    limits = httpx.Limits(max_connections=users, max_keepalive_connections=users, keepalive_expiry=4.0)
+    limits = httpx.Limits(max_connections=users + burst_users, max_keepalive_connections=users + burst_users,
+                          keepalive_expiry=4.0)
 
     async with httpx.AsyncClient(base_url=base, timeout=120, limits=limits) as client:
         async def one(route: str) -> None:
@@ -111,10 +120,10 @@ async def run_load(base: str, questions: list[str], collection: str, *, users: i
             if time.monotonic() >= measure_from:
                 report.record(route, status, (time.perf_counter() - started) * 1000, detail)
 
-        async def user() -> None:
-            while time.monotonic() < stop_at:
-                await asyncio.sleep(rng.expovariate(1 / think_s) if think_s > 0 else 0)
-                if time.monotonic() >= stop_at:
+        async def user(until: float = stop_at, think: float = think_s) -> None:
+            while time.monotonic() < until:
+                await asyncio.sleep(rng.expovariate(1 / think) if think > 0 else 0)
+                if time.monotonic() >= until:
                     return
                 if time.monotonic() - last_ingest[0] >= 10:
                     last_ingest[0] = time.monotonic()
@@ -130,7 +139,11 @@ async def run_load(base: str, questions: list[str], collection: str, *, users: i
                 report.samples.append({"t_s": round(time.monotonic() - start, 1), **sample()})
                 await asyncio.sleep(sample_every_s)
 
-        tasks = [asyncio.create_task(user()) for _ in range(users)]
+        async def burst() -> None:
+            await asyncio.sleep(warmup_s / 2)
+            await asyncio.gather(*[user(until=measure_from, think=0) for _ in range(burst_users)])
+
+        tasks = [asyncio.create_task(user()) for _ in range(users)] + [asyncio.create_task(burst())]
         sampling = asyncio.create_task(sampler())
         await asyncio.gather(*tasks)
         sampling.cancel()
@@ -186,7 +199,14 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=600, help="seconds measured, after the warm-up")
     parser.add_argument("--warmup", type=float, default=60)
     parser.add_argument("--think", type=float, default=2.0, help="mean think time between a user's requests (s)")
+    parser.add_argument("--burst", type=int, default=None, help=(
+        "users without think time added for the second half of the warm-up (default: the server's "
+        "in-flight bound, RAGSVC_MAX_INFLIGHT_QUERIES), so it reaches its peak memory before measuring"))
     args = parser.parse_args()
+    if args.burst is None:
+        from rag_service.config import load_settings
+
+        args.burst = load_settings().max_inflight_queries
 
     dataset = scifact("test")
 
@@ -208,12 +228,13 @@ def main() -> None:
 
         sample = process_sampler(server_pid, running_pid(args.data_dir), connections)
         report = asyncio.run(run_load(base, questions, "scifact", users=args.users, duration_s=args.duration,
-                                      warmup_s=args.warmup, think_s=args.think, sample=sample))
+                                      warmup_s=args.warmup, think_s=args.think, sample=sample,
+                                      burst_users=args.burst))
     for s in report.samples:
         print(json.dumps(s), flush=True)
     print(json.dumps({
         "benchmark": "load", "users": args.users, "duration_s": args.duration, "warmup_s": args.warmup,
-        "think_s": args.think, **report.summary(),
+        "think_s": args.think, "burst_users": args.burst, **report.summary(),
         "server_rss_growth_mb_after_warmup": growth(report.samples, "server_rss_mb", args.warmup),
         "server_rss_slope_mb_after_warmup": slope_per_minute(report.samples, "server_rss_mb", args.warmup),
         "postgres_rss_growth_mb_after_warmup": growth(report.samples, "postgres_rss_mb", args.warmup),
