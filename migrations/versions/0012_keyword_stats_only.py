@@ -4,7 +4,7 @@ Migration 0011 stored each posting's BM25 impact in an ordered index and kept pe
 frequencies in ``keyword_terms`` (with per-term deltas), for a threshold-algorithm top k that
 would not read whole posting lists. Measured, that path was slower than scoring every posting (on
 SciFact and on 100,000 chunks; docs/scaling.md), so it was off, while the extra index, the per-term
-deltas and their fold cost about 7% of ingestion throughput. This migration removes them.
+deltas and their fold added work to every chunk write. This migration removes them.
 
 What stays from 0011: ``keyword_stats`` holds delta rows (writers append, readers sum, and
 ``keyword_fold`` folds them one folder at a time), so concurrent writers never wait on one row.
