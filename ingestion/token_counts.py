@@ -5,7 +5,7 @@ measures every chunk: about three tokenizer passes over each document (on 1,500 
 6.3 M characters tokenized for 2.2 M, 1.6 s of the chunker's 2.7 s). Those passes run on the cores
 the embedding model needs during ingestion.
 
-A piece whose two ends are word boundaries (whitespace or punctuation on one side, as BERT's
+A piece whose two ends are word boundaries (ASCII whitespace or punctuation on one side, as BERT's
 pre-tokenizer splits there before WordPiece sees a word) has exactly the tokens of the whole
 document's encoding that start inside it: the same words, so the same word pieces. Where an end is
 inside a word ("play|ing", a control character that the normaliser deletes, an accent it strips),
@@ -15,7 +15,6 @@ the piece is tokenized on its own, as before; so every count is the tokenizer's 
 from __future__ import annotations
 
 import bisect
-import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -45,12 +44,12 @@ class ModelTokenizer:
 
 
 def _separates(ch: str) -> bool:
-    """Whitespace or punctuation as BERT's pre-tokenizer reads them: a word never spans it."""
-    if ch in " \t\n\r" or unicodedata.category(ch) == "Zs":
-        return True
+    """ASCII whitespace or punctuation: BERT's pre-tokenizer splits there, whatever its Unicode
+    tables. Only ASCII: Python's and the tokenizer's Unicode versions differ (U+2E4F is punctuation
+    to Python 3.11 and a letter to the tokenizer), and a piece ending at any other character is
+    tokenized alone, which is always exact."""
     code = ord(ch)
-    return 33 <= code <= 47 or 58 <= code <= 64 or 91 <= code <= 96 or 123 <= code <= 126 or \
-        unicodedata.category(ch).startswith("P")
+    return ch in " \t\n\r" or 33 <= code <= 47 or 58 <= code <= 64 or 91 <= code <= 96 or 123 <= code <= 126
 
 
 class DocumentTokenCounts:

@@ -33,7 +33,7 @@ down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# Kept equal to bm25.py's IMPACT_K1, IMPACT_B and IMPACT_LENGTH.
+# k1 1.2, b 0.75 at a reference length of 128 (bm25.py's IMPACT_* constants, removed with 0012).
 _IMPACT = ("tf * 2.2::float8 / (tf + 1.2::float8 * (0.25::float8 + 0.75::float8 * chunk_length / 128.0::float8))")
 
 _LENGTH = "(SELECT coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0) FROM unnest(r.tsv) u)"
