@@ -149,13 +149,17 @@ class Chunker:
         )
         self._markdown = MarkdownNodeParser()
 
+    def _counts(self) -> DocumentTokenCounts | None:
+        """The counts of the document this thread is chunking, when the tokenizer gives offsets."""
+        return getattr(self._current, "counts", None)
+
     def _measure(self, text: str) -> Sequence[int]:
         """The splitters' tokenizer: they only take the length."""
-        counts: DocumentTokenCounts | None = getattr(self._current, "counts", None)
+        counts = self._counts()
         return self._tokenize(text) if counts is None else range(counts.count(text))
 
     def _count(self, span: _Span) -> int:
-        counts: DocumentTokenCounts | None = getattr(self._current, "counts", None)
+        counts = self._counts()
         if counts is None:
             return len(self._tokenize(span.text))
         return counts.count_at(span.start, span.start + len(span.text))
@@ -199,7 +203,7 @@ class Chunker:
         return sections or [_Span(0, doc.text, None)]
 
     def _split(self, splitter, section: _Span) -> list[_Span]:  # noqa: ANN001 - a LlamaIndex splitter
-        if (counts := getattr(self._current, "counts", None)) is not None:
+        if (counts := self._counts()) is not None:
             counts.seek(section.start)
         pieces = splitter.split_text(section.text)
         starts = align(section.text, pieces)

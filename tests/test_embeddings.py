@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -120,12 +123,7 @@ print((rss() - before) / 2**20)
 def test_onnx_memory_stays_flat_across_request_shapes(local_embedder: LocalEmbedder, model_cache) -> None:
     """Every request has its own (batch, length). With ORT's per-shape memory patterns on, 100 random
     shapes after the warm-up grew RSS by ~25 MB (and in steps later on); off, ~4 MB."""
-    import subprocess
-    import sys
-
     local_embedder.encode(["export the graph once"])  # the child finds the exported model
-    import os
-
     # Two malloc arenas, as on this 2-core machine: more cores would mean more arenas and more slack.
     out = subprocess.run([sys.executable, "-c", _SHAPES_SCRIPT, str(model_cache)], capture_output=True,
                          text=True, check=True, timeout=120, env={**os.environ, "MALLOC_ARENA_MAX": "2"})

@@ -12,9 +12,7 @@ terms keep near-maximal impacts for thousands of postings, so its bound rarely s
 
 from __future__ import annotations
 
-from typing import Any
-
-from sqlalchemy import CTE, Float, Select, bindparam, cast, column, func, literal, select, text
+from sqlalchemy import CTE, Float, bindparam, cast, column, func, literal, select, text
 from sqlalchemy.dialects.postgresql import REGCONFIG
 from sqlalchemy.dialects.postgresql import TEXT as PG_TEXT
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
@@ -25,17 +23,6 @@ from rag_service.errors import InvalidInputError
 from rag_service.stores.pgvector.connection import PgStoreBase
 from rag_service.stores.pgvector.filters import build_filter, check_top_k, web_search_restriction
 from rag_service.stores.pgvector.search import base_select, to_hits
-
-
-def _best_visible(scored: CTE, flt: SearchFilter, top_k: int) -> Select[Any]:
-    """The ``top_k`` best of (chunk_id, document_id, score) rows whose documents pass the filter."""
-    return (
-        select(scored.c.chunk_id, scored.c.score)
-        .select_from(scored.join(Document, Document.id == scored.c.document_id))
-        .where(*build_filter(flt, scope_chunks=False))
-        .order_by(scored.c.score.desc(), scored.c.chunk_id)
-        .limit(top_k)
-    )
 
 
 class PgKeywordSearch(PgStoreBase):
@@ -56,7 +43,13 @@ class PgKeywordSearch(PgStoreBase):
         scored = self._bm25_scores(query, config, flt.collection, k1, b)
         # Filters are checked on documents for every scored chunk; only the best top_k chunk rows
         # (with their text) are read afterwards.
-        best = _best_visible(scored, flt, top_k)
+        best = (
+            select(scored.c.chunk_id, scored.c.score)
+            .select_from(scored.join(Document, Document.id == scored.c.document_id))
+            .where(*build_filter(flt, scope_chunks=False))
+            .order_by(scored.c.score.desc(), scored.c.chunk_id)
+            .limit(top_k)
+        )
         if restriction:
             # "Phrases" and -exclusions keep their web-search meaning; BM25 orders what they allow.
             # Only those parts restrict: the other words stay optional, as BM25 treats them.
