@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -37,20 +37,14 @@ from sklearn.model_selection import GroupKFold
 from benchmarks.answers import expected_calibration_error, normalize
 from benchmarks.datasets import BENCH_DATA, DATA, ensure_ingested, open_runtime, xquad, xquad_without_gold
 from rag_service.domain import Candidate, QueryRequest
-from rag_service.pipeline.generation.answerability import (
-    CONFIDENCE_FILE,
-    FEATURES,
-    MODEL_FILE,
-    Assessment,
-    Evidence,
-    features,
-    impute,
-)
+from rag_service.pipeline.generation.alignment import alignment, passage
+from rag_service.pipeline.generation.answerability import CONFIDENCE_FILE, FEATURES, MODEL_FILE, features, impute
 from rag_service.pipeline.generation.extractive import ExtractiveGenerator
 from rag_service.pipeline.generation.spans import FEATURES as SPAN_FEATURES
 from rag_service.pipeline.generation.spans import MODEL_FILE as SPAN_MODEL_FILE
 from rag_service.pipeline.generation.spans import candidates, span_features
 from rag_service.pipeline.orchestrator import QueryPipeline
+from rag_service.providers.embeddings import LocalEmbedder
 from rag_service.providers.rerankers import LinearModel
 from rag_service.text.questions import focus, wants_clause
 
@@ -114,24 +108,37 @@ async def collect(data_dir: Path) -> list[dict]:
     return examples
 
 
-def read_features(evidence: Evidence) -> Assessment:
-    """The features only: training must not depend on the models it is about to replace."""
-    row = features(evidence)
-    return Assessment(math.nan, math.nan, dict(zip(FEATURES, row.tolist(), strict=True)))
+def aligned(selections: list, data_dir: Path) -> list:
+    """The selections' evidence with the token alignment the generator adds at run time, from the
+    same local encoder (one batched pass over the distinct texts)."""
+    encoder = LocalEmbedder(cache_dir=data_dir / "models")
+    texts = sorted({t for s in selections if s is not None
+                    for t in (s.evidence.question, passage(s.evidence.best_chunk, s.evidence.best_sentence))})
+    vectors = dict(zip(texts, encoder.encode_tokens(texts), strict=True))
+    out = []
+    for s in selections:
+        if s is not None:
+            e = s.evidence
+            s = replace(s, evidence=replace(e, alignment=alignment(
+                e.question, vectors[e.question], vectors[passage(e.best_chunk, e.best_sentence)], e.idf)))
+        out.append(s)
+    return out
 
 
-def featurise(examples: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def featurise(examples: list[dict], data_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(features, label, is-full-collection, article) per example, recomputed from the saved contexts."""
     generator = ExtractiveGenerator(abstain_below=0.0)
     x, y = [], []
-    for e in examples:
-        context = [Candidate.model_validate(c) for c in e["context"]]
-        selection = generator.select(e["question"], e["sub_questions"], context, judge=read_features)
+    contexts = [[Candidate.model_validate(c) for c in e["context"]] for e in examples]
+    selections = aligned([generator.select(e["question"], e["sub_questions"], context)
+                          for e, context in zip(examples, contexts, strict=True)], data_dir)
+    for e, context, selection in zip(examples, contexts, selections, strict=True):
         if selection is None:
             x.append([0.0] * len(FEATURES))
             y.append(0)
             continue
-        x.append([selection.assessment.features.get(f, np.nan) for f in FEATURES])
+        # The features only: training must not depend on the models it is about to replace.
+        x.append(features(selection.evidence).tolist())
         # The answer cites in reading order: its first citation is the first selected sentence's chunk.
         first = context[selection.sentences[0].context - 1].hit.source_uri
         y.append(int(e["setting"] == "full" and first == e["gold"]))
@@ -149,7 +156,7 @@ def span_rows(examples: list[dict], answerable: np.ndarray) -> tuple[np.ndarray,
         if e["setting"] != "full" or wants_clause(e["question"]):  # never given a short answer
             continue
         selection = generator.select(e["question"], e["sub_questions"],
-                                     [Candidate.model_validate(c) for c in e["context"]], judge=read_features)
+                                     [Candidate.model_validate(c) for c in e["context"]])
         if selection is None:
             continue
         spans = candidates(selection.best, e["question"])
@@ -221,7 +228,7 @@ def main() -> None:
     else:
         examples = asyncio.run(collect(args.data_dir))
         ROWS.write_text("".join(json.dumps(e) + "\n" for e in examples))
-    x, y, full, groups = featurise(examples)
+    x, y, full, groups = featurise(examples, args.data_dir)
 
     # Out-of-fold probabilities: each article's questions scored by a model that never saw it.
     # The confidence model is fitted on the full-collection examples only.

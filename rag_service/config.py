@@ -142,7 +142,7 @@ class Settings(BaseSettings):
         description="Depth of each strategy's list when answering (search uses retrieval_candidates).",
     )
     answer_abstain_below: float = Field(
-        default=0.1, ge=0, le=1,
+        default=0.15, ge=0, le=1,
         description="The extractive answer says the documents do not answer (outcome no_answer) when the "
                     "answerability model's probability that its best passage holds the answer is below this; "
                     "0 never abstains.",

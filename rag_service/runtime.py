@@ -62,7 +62,7 @@ from rag_service.pipeline.orchestrator import QueryPipeline
 from rag_service.pipeline.reporting import QueryReporting
 from rag_service.pipeline.retrieval.retriever import Retriever, build_retriever
 from rag_service.prompts.registry import Prompt, PromptRegistry
-from rag_service.providers.embeddings import Embedder, make_embedder
+from rag_service.providers.embeddings import Embedder, TokenEncoder, make_embedder
 from rag_service.providers.llm import OpenAICompatibleLLM, make_llm
 from rag_service.review.gate import GatePolicy
 from rag_service.review.service import ReviewService
@@ -246,6 +246,7 @@ class Runtime:
             generator=LLMGenerator(self.llm) if self.llm is not None else None,
             parser=self.intent_parser, intent_llm=self.llm,
             evaluator=self.evaluator, prompts=prompts, reporting=reporting,
+            tokens=self.embedder if isinstance(self.embedder, TokenEncoder) else None,
             config=PipelineConfig(retrieve_budget_s=s.query_retrieve_budget_s, judge_budget_s=s.eval_judge_budget_s,
                                   generate_budget_s=s.query_generate_budget_s, history_turns=s.conversation_turns,
                                   candidates=s.query_retrieval_candidates, strategies=s.default_strategies,

@@ -203,3 +203,18 @@ def test_factory_picks_by_settings() -> None:
     assert isinstance(openai, OpenAIEmbedder) and openai.dimension == 1536
     with pytest.raises(ConfigError, match="RAGSVC_EMBEDDING_MODEL"):
         make_embedder(load_settings(embedding_model="bge-large"))
+
+
+def test_token_vectors_match_the_reference_and_the_text(local_embedder: LocalEmbedder) -> None:
+    """Per-token vectors: the ONNX graph's equal sentence-transformers' token embeddings, special
+    tokens are left out, each span is the token's text, and batching changes nothing."""
+    texts = ["Where is Harvard stadium located?", "The stadium, in Allston, seats 30,000 people. " * 3, "émoji ✓"]
+    onnx = local_embedder.encode_tokens(texts)
+    torch = LocalEmbedder(backend="torch").encode_tokens(texts)
+    for a, b, text in zip(onnx, torch, texts, strict=True):
+        assert a.spans == b.spans and len(a.spans) == len(a.vectors)
+        assert (a.vectors * b.vectors).sum(axis=1).min() > 0.9999
+        np.testing.assert_allclose(np.linalg.norm(a.vectors, axis=1), 1.0, atol=1e-5)
+    assert [texts[0][s:e] for s, e in onnx[0].spans] == ["Where", "is", "Harvard", "stadium", "located", "?"]
+    single = local_embedder.encode_tokens(texts[2:])[0]
+    np.testing.assert_allclose(single.vectors, onnx[2].vectors, atol=1e-5)

@@ -71,6 +71,7 @@ from rag_service.pipeline.results import (
 )
 from rag_service.pipeline.retrieval.search import to_retrieval_request
 from rag_service.pipeline.router import route
+from rag_service.providers.embeddings import TokenEncoder
 from rag_service.providers.llm import LLM, metered
 from rag_service.scoring.evidence import ScoringInput
 from rag_service.text.citations import cited_numbers, drop_citations, verify_claims
@@ -107,18 +108,21 @@ class QueryPipeline:
                  query_log: QueryHistory, generator: AnswerGenerator | None = None,
                  parser: IntentParser | None = None, config: PipelineConfig | None = None,
                  intent_llm: LLM | None = None, evaluator: AnswerEvaluator | None = None,
-                 prompts: PromptSource | None = None, reporting: QueryReporting | None = None) -> None:
+                 prompts: PromptSource | None = None, reporting: QueryReporting | None = None,
+                 tokens: TokenEncoder | None = None) -> None:
         """``generator`` answers (default: extractive); when it is not the extractive one, a
         failure of it falls back to extractive answers. ``prompts`` chooses the version of the
         generator's prompt each query uses (None: the generator's shipped default). ``reporting``: who
-        hears of each finished query (metrics, stored traces, Langfuse)."""
+        hears of each finished query (metrics, stored traces, Langfuse). ``tokens``: the local encoder
+        the extractive answerer aligns the question with its best passage by (None: those features
+        are unknown)."""
         self._retriever = retriever
         self._collections = collections
         self._guidelines = guidelines
         self._log = query_log
         self._parser = parser or IntentParser()
         self.config = config or PipelineConfig()
-        self._extractive = ExtractiveGenerator(self.config.abstain_below)
+        self._extractive = ExtractiveGenerator(self.config.abstain_below, tokens=tokens)
         self._generator: AnswerGenerator = generator or self._extractive
         self._intent_llm = intent_llm  # asked only when the rules are unsure of the query type
         self._prompts = prompts

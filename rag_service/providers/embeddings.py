@@ -9,6 +9,7 @@ import asyncio
 import os
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -37,6 +38,23 @@ class Embedder(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class TokenVectors:
+    """A text's contextual token vectors (L2-normalised rows) and each token's character span."""
+
+    vectors: np.ndarray
+    spans: list[tuple[int, int]]
+
+
+@runtime_checkable
+class TokenEncoder(Protocol):
+    """An encoder that also gives per-token vectors (the local model does; a remote API does not)."""
+
+    async def token_vectors(self, texts: Sequence[str]) -> list[TokenVectors]:
+        """One TokenVectors per text, in input order."""
+        ...
 
 
 def _normalise(vectors: np.ndarray) -> np.ndarray:
@@ -123,6 +141,28 @@ class LocalEmbedder:
                 normalize_embeddings=True, show_progress_bar=False,
             )
         return np.asarray(vectors, dtype=np.float32)
+
+    def encode_tokens(self, texts: Sequence[str]) -> list[TokenVectors]:
+        """Synchronous per-token vectors (see TokenVectors), special tokens left out."""
+        if not texts:
+            return []
+        model = self._load()
+        with self._encode_lock:
+            if self.backend == "onnx":
+                return model.token_vectors(texts)
+            encoded = model.tokenizer(list(texts), truncation=True, max_length=self._max_seq_length,
+                                      return_offsets_mapping=True, return_special_tokens_mask=True)
+            rows = model.encode(list(texts), output_value="token_embeddings", batch_size=self._batch_size,
+                                convert_to_numpy=False, show_progress_bar=False)
+        out = []
+        for row, offsets, special in zip(rows, encoded["offset_mapping"], encoded["special_tokens_mask"],
+                                         strict=True):
+            keep = [i for i, s in enumerate(special) if not s]
+            out.append(TokenVectors(_normalise(row.numpy()[keep]), [tuple(offsets[i]) for i in keep]))
+        return out
+
+    async def token_vectors(self, texts: Sequence[str]) -> list[TokenVectors]:
+        return await asyncio.to_thread(self.encode_tokens, texts)
 
     async def warm_up(self) -> None:
         await asyncio.to_thread(self._warm_up)

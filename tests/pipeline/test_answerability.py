@@ -100,24 +100,36 @@ def test_unknown_cosines_are_no_evidence_either_way() -> None:
     assert math.isclose(unknown.probability, at_mean.probability, rel_tol=0.05)
 
 
-def test_the_generator_answers_what_the_passages_hold_and_abstains_otherwise() -> None:
+async def test_the_generator_answers_what_the_passages_hold_and_abstains_otherwise(local_embedder) -> None:
+    """With the real local encoder, as the service runs it (the token alignment included)."""
     context = [candidate(PANTHERS, "panthers", 0.62), candidate(BRONCOS, "broncos", 0.35)]
-    generator = ExtractiveGenerator()
-    answered = generator.extract("How many points did the Panthers defense give up?", [], context)
+    generator = ExtractiveGenerator(tokens=local_embedder)
+    answered = await generator.generate("How many points did the Panthers defense give up?", [], context)
     assert answered.answered and answered.citations[0].source_uri == "panthers"
     assert answered.answerability is not None and answered.confidence > 0.5
+    assert answered.answerability["align_mean"] > 0.8  # every content word is in the passage
 
     unrelated = [candidate(PANTHERS, "panthers", 0.12), candidate(BRONCOS, "broncos", 0.1)]
-    declined = generator.extract("What is the boiling point of mercury on Mars in 1850?", [], unrelated)
+    declined = await generator.generate("What is the boiling point of mercury on Mars in 1850?", [], unrelated)
     assert not declined.answered and declined.citations == [] and declined.claims == []
     assert "do not appear to answer" in declined.answer and declined.confidence < generator.abstain_below
     assert [s.source_uri for s in declined.closest_sources] == ["panthers", "broncos"]
     assert all(not s.verified and s.quote for s in declined.closest_sources)
 
     # Abstention off: the same evidence gets the stitched answer (with its low confidence).
-    forced = ExtractiveGenerator(abstain_below=0.0).extract(
+    forced = await ExtractiveGenerator(abstain_below=0.0, tokens=local_embedder).generate(
         "What is the boiling point of mercury on Mars in 1850?", [], unrelated)
     assert forced.answered and forced.citations and forced.confidence < 0.5
+    assert forced.answerability["align_mean"] < answered.answerability["align_mean"] - 0.2
+
+
+def test_without_an_encoder_the_alignment_is_unknown() -> None:
+    """The synchronous path (and a service whose embedder is remote) has no token vectors: the
+    alignment features are left out of those shown and read as the training mean."""
+    context = [candidate(PANTHERS, "panthers", 0.62), candidate(BRONCOS, "broncos", 0.35)]
+    answer = ExtractiveGenerator().extract("How many points did the Panthers defense give up?", [], context)
+    assert answer.answered and "align_mean" not in answer.answerability
+    assert "cosine_top" in answer.answerability
 
 
 def test_a_question_without_content_words_is_not_taken_as_answered() -> None:

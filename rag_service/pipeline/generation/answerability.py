@@ -8,8 +8,10 @@ question terms appear together, whether the best sentence holds the kind of fact
 number for "how many", a date for "when", a name for "who"), how close the best chunk is to the
 question in embedding space and how far it stands out from the rest, how far the best candidate
 stands out in the reranker's and the keyword search's score distributions, and by how much the
-best sentence beats the best one in any other document. Features that cannot be computed (no
-semantic search, no reranker) are unknown and read as their training mean.
+best sentence beats the best one in any other document, and how closely the passage around the
+best sentence matches the question token by token in the local encoder's space (alignment.py).
+Features that cannot be computed (no semantic search, no reranker, no local encoder) are unknown and
+read as their training mean.
 
 A logistic regression over them (``benchmarks/train_answerability.py``, trained on questions built
 from XQuAD: each question against the full collection, labelled by whether the first citation is
@@ -36,7 +38,8 @@ from rag_service.text.terms import terms
 
 FEATURES = ("best_coverage", "best_share", "chunk_share", "context_share", "entity_best", "entity_chunk",
             "entity_context", "has_entities", "pair_best", "pair_chunk", "kind_asked", "kind_missing", "cosine_top",
-            "cosine_gap", "terms_log", "margin", "rare_missing", "rerank_gap", "keyword_gap")
+            "cosine_gap", "terms_log", "margin", "rare_missing", "rerank_gap", "keyword_gap", "align_mean",
+            "align_worst")
 MODEL_FILE = "answerability.json"
 MAX_CONFIDENCE = 0.99
 CONFIDENCE_FILE = "answer_confidence.json"
@@ -56,6 +59,8 @@ class Evidence:
     cosines: Sequence[float]   # query-chunk cosine per retrieved chunk, where the semantic search scored it
     rerank_scores: Sequence[float] = ()   # the reranker's score per retrieved chunk, where it ran
     keyword_scores: Sequence[float] = ()  # BM25 per retrieved chunk, where the keyword search found it
+    # alignment.alignment() of the question with the best sentence's passage, where a local encoder ran
+    alignment: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,8 @@ def features(evidence: Evidence, asked: Focus | None = None) -> np.ndarray:
         "rare_missing": max(missing, default=0.0) / unseen,
         "rerank_gap": standout(evidence.rerank_scores),
         "keyword_gap": standout(evidence.keyword_scores),
+        "align_mean": evidence.alignment[0] if evidence.alignment else math.nan,
+        "align_worst": evidence.alignment[1] if evidence.alignment else math.nan,
     }
     return np.array([row[name] for name in FEATURES], dtype=np.float64)
 

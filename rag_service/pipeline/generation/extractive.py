@@ -7,17 +7,21 @@ reports the answerability probability."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from rag_service.domain import Candidate, Citation, Complexity, GeneratedAnswer
 from rag_service.domain.prompts import PromptVersion
+from rag_service.errors import ProviderError
+from rag_service.pipeline.generation.alignment import alignment, passage
 from rag_service.pipeline.generation.answerability import Assessment, Evidence, assess
 from rag_service.pipeline.generation.spans import short_answer
 from rag_service.pipeline.generation.tokens import TokenSink
+from rag_service.providers.embeddings import TokenEncoder
 from rag_service.text.citations import verify_claims
 from rag_service.text.sentences import Sentence, split_sentences
 from rag_service.text.terms import terms
@@ -26,6 +30,8 @@ MAX_SENTENCES = 3
 SUPPORT_RATIO = 0.6
 _RANK_PRIOR = 0.15
 PROMPT_NAME = "answer_extractive"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -39,7 +45,7 @@ class _Scored:
 class Selection:
     sentences: list[_Scored]  # in reading order
     best: str                 # the best-scoring sentence's text (where a short answer is looked for)
-    assessment: Assessment
+    evidence: Evidence        # what the answerability models read (without the token alignment)
 
 
 def _idf(sentences: Sequence[list[str]]) -> dict[str, float]:
@@ -62,7 +68,7 @@ NOTHING_FOUND = "I could not find anything about this in the documents."
 NOT_IN_DOCUMENTS = ("The documents in this collection do not appear to answer this question. The closest passages "
                     "are given with this answer, in case the answer is phrased in a way I did not recognise.")
 # The default abstention threshold on the answerability probability (see train_answerability.py).
-ABSTAIN_BELOW = 0.1
+ABSTAIN_BELOW = 0.15
 
 
 @dataclass(frozen=True)
@@ -90,10 +96,13 @@ class ExtractiveGenerator:
 
     prompt_name = PROMPT_NAME
 
-    def __init__(self, abstain_below: float = ABSTAIN_BELOW) -> None:
+    def __init__(self, abstain_below: float = ABSTAIN_BELOW, tokens: TokenEncoder | None = None) -> None:
         """``abstain_below``: answer only when the answerability model's probability that the
-        evidence answers reaches it (0 never abstains); a prompt version may set its own."""
+        evidence answers reaches it (0 never abstains); a prompt version may set its own.
+        ``tokens``: the local encoder whose token vectors align the question with the best passage
+        (without one, or when it fails, those features are unknown)."""
         self.defaults = ExtractiveParameters(abstain_below=abstain_below)
+        self._tokens = tokens
 
     @property
     def abstain_below(self) -> float:
@@ -107,7 +116,10 @@ class ExtractiveGenerator:
         to ``on_token`` as the answer's text (there is no model tier, and retrieved text is never
         executed as instructions)."""
         parameters = self.defaults.updated(prompt.parameters) if prompt is not None else self.defaults
-        answer = self.extract(question, sub_questions, context, retrieval_confidence, parameters=parameters)
+        selection = self.select(question, sub_questions, context, parameters=parameters)
+        if selection is not None:
+            selection = replace(selection, evidence=await self.aligned(selection.evidence))
+        answer = self.answer(question, context, selection, parameters)
         answer = answer.model_copy(update={"prompt_name": PROMPT_NAME,
                                            "prompt_version": prompt.version if prompt is not None else None})
         if on_token is not None and not answer.claims:
@@ -117,13 +129,24 @@ class ExtractiveGenerator:
                 await on_token(claim.text + "".join(f" [{n}]" for n in claim.citations) + " ")
         return answer
 
+    async def aligned(self, evidence: Evidence) -> Evidence:
+        """``evidence`` with the question's token alignment to the best passage, when a local
+        encoder is at hand (one encoder call of two short texts)."""
+        if self._tokens is None:
+            return evidence
+        found = passage(evidence.best_chunk, evidence.best_sentence)
+        try:
+            asked, matched = await self._tokens.token_vectors([evidence.question, found])
+        except ProviderError as exc:  # the features are then unknown, as without an encoder
+            log.warning("token alignment skipped: %s", exc)
+            return evidence
+        return replace(evidence, alignment=alignment(evidence.question, asked, matched, evidence.idf))
+
     def select(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate],
-               judge: Callable[[Evidence], Assessment] = assess,
                parameters: ExtractiveParameters | None = None) -> Selection | None:
         """The sentences that answer best (each part's best; for a single question, up to
-        MAX_SENTENCES that score nearly as well) and ``judge``'s reading of the evidence (the
-        answerability models; training passes one that only reads the features); None when the
-        context holds no sentence."""
+        MAX_SENTENCES that score nearly as well) and the evidence the answerability models read;
+        None when the context holds no sentence."""
         pool: list[_Scored] = []
         sentence_terms: list[list[str]] = []
         for number, candidate in enumerate(context, start=1):
@@ -135,7 +158,7 @@ class ExtractiveGenerator:
         parameters = parameters or self.defaults
         idf = _idf(sentence_terms)
         chosen: dict[tuple[int, int], _Scored] = {}
-        assessment: Assessment | None = None
+        evidence: Evidence | None = None
         for index, q in enumerate([question, *sub_questions]):
             q_terms = set(terms(q))
             scored = sorted(
@@ -149,36 +172,42 @@ class ExtractiveGenerator:
                 # Whether the evidence answers is judged on the whole question's best sentence.
                 document = context[top.context - 1].hit.document_id
                 other = next((s for s in scored if context[s.context - 1].hit.document_id != document), None)
-                assessment = judge(Evidence(
+                evidence = Evidence(
                     question=question, best_sentence=top.sentence.text, best_chunk=context[top.context - 1].hit.text,
                     best_coverage=top.score - _RANK_PRIOR / top.context,
                     other_coverage=other.score - _RANK_PRIOR / other.context if other else 0.0,
                     context=[c.hit.text for c in context], idf=idf,
                     cosines=[c.scores["semantic"] for c in context if "semantic" in c.scores],
                     rerank_scores=[c.rerank_score for c in context if c.rerank_score is not None],
-                    keyword_scores=[c.scores["keyword"] for c in context if "keyword" in c.scores]))
+                    keyword_scores=[c.scores["keyword"] for c in context if "keyword" in c.scores])
                 if not sub_questions:
                     # A single question may take a couple of supporting sentences that score nearly as well.
                     for s in scored[1:parameters.max_sentences]:
                         if s.score >= parameters.support_ratio * top.score:
                             chosen.setdefault((s.context, s.sentence.start), s)
-        assert assessment is not None
+        assert evidence is not None
         # Reading order: by context rank, then position in the chunk.
         ordered = sorted(chosen.values(), key=lambda s: (s.context, s.sentence.start))
-        return Selection(ordered, max(chosen.values(), key=lambda s: s.score).sentence.text, assessment)
+        return Selection(ordered, max(chosen.values(), key=lambda s: s.score).sentence.text, evidence)
 
     def extract(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate],
                 retrieval_confidence: float | None = None,
                 parameters: ExtractiveParameters | None = None) -> GeneratedAnswer:
         """The answer, or, when the answerability model finds the evidence does not answer the
         question, a statement saying so with the closest passages (``answered`` false).
-        ``retrieval_confidence`` is accepted for the protocol's sake: the model reads the evidence itself."""
+        ``retrieval_confidence`` is accepted for the protocol's sake: the model reads the evidence
+        itself. Synchronous, so without the token alignment (``generate`` adds it)."""
         parameters = parameters or self.defaults
-        selection = self.select(question, sub_questions, context, parameters=parameters)
+        return self.answer(question, context, self.select(question, sub_questions, context, parameters=parameters),
+                           parameters)
+
+    def answer(self, question: str, context: Sequence[Candidate], selection: Selection | None,
+               parameters: ExtractiveParameters) -> GeneratedAnswer:
+        """The answer for a selection, judged by the answerability models."""
         if selection is None:
             return GeneratedAnswer(answer=NOTHING_FOUND, citations=[], claims=[], confidence=0.0,
                                    generator="extractive", answered=False)
-        assessment = selection.assessment
+        assessment = assess(selection.evidence)
         if assessment.probability < parameters.abstain_below:
             # The confidence model knows answerable questions only; here the answerability
             # probability is the honest figure.
