@@ -19,6 +19,8 @@ answered rate on the full collection and the abstention rate without the paragra
 refit on everything and written to rag_service/providers/data/ with the confidence model (fitted on
 the full-collection examples only, so it is calibrated where the answer is in the collection) and
 the short-answer model (its ``answerable`` feature is each question's out-of-fold probability).
+A second pair of models is trained the same way with the token alignment (alignment.py, from the
+same local encoder) as two more features; the service uses it with RAGSVC_ANSWER_TOKEN_ALIGNMENT.
 """
 
 from __future__ import annotations
@@ -38,7 +40,16 @@ from benchmarks.answers import expected_calibration_error, normalize
 from benchmarks.datasets import BENCH_DATA, DATA, ensure_ingested, open_runtime, xquad, xquad_without_gold
 from rag_service.domain import Candidate, QueryRequest
 from rag_service.pipeline.generation.alignment import alignment, passage
-from rag_service.pipeline.generation.answerability import CONFIDENCE_FILE, FEATURES, MODEL_FILE, features, impute
+from rag_service.pipeline.generation.answerability import (
+    ALIGNED_CONFIDENCE_FILE,
+    ALIGNED_FEATURES,
+    ALIGNED_MODEL_FILE,
+    CONFIDENCE_FILE,
+    FEATURES,
+    MODEL_FILE,
+    features,
+    impute,
+)
 from rag_service.pipeline.generation.extractive import ExtractiveGenerator
 from rag_service.pipeline.generation.spans import FEATURES as SPAN_FEATURES
 from rag_service.pipeline.generation.spans import MODEL_FILE as SPAN_MODEL_FILE
@@ -229,14 +240,30 @@ def main() -> None:
         examples = asyncio.run(collect(args.data_dir))
         ROWS.write_text("".join(json.dumps(e) + "\n" for e in examples))
     x, y, full, groups = featurise(examples, args.data_dir)
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    base = x[:, :len(FEATURES)]
+    cv, oof, weights = train_pair(base, y, full, groups, FEATURES, args.output_dir / MODEL_FILE,
+                                  args.output_dir / CONFIDENCE_FILE)
+    aligned_cv, _, aligned_weights = train_pair(x, y, full, groups, ALIGNED_FEATURES,
+                                                args.output_dir / ALIGNED_MODEL_FILE,
+                                                args.output_dir / ALIGNED_CONFIDENCE_FILE)
+    shorts = train_short_answers(examples, oof, args.output_dir / SPAN_MODEL_FILE)
+    log(json.dumps({"short_answers": shorts, "cross_validation": cv, "weights": weights,
+                    "with_token_alignment": {"cross_validation": aligned_cv, "weights": aligned_weights},
+                    "output_dir": str(args.output_dir)}, indent=1))
 
+
+def train_pair(x: np.ndarray, y: np.ndarray, full: np.ndarray, groups: np.ndarray, names: tuple[str, ...],
+               model_file: Path, confidence_file: Path) -> tuple[dict, np.ndarray, dict]:
+    """Cross-validate and write one pair of models (answerability and confidence) over ``names``:
+    (the cross-validation report, the out-of-fold answerability probabilities, the weights)."""
     # Out-of-fold probabilities: each article's questions scored by a model that never saw it.
     # The confidence model is fitted on the full-collection examples only.
     oof, confidence = np.zeros(len(y)), np.zeros(len(y))
     for train, test in GroupKFold(n_splits=5).split(x, y, groups):
-        oof[test] = probabilities(fit(x[train], y[train]), x[test])
+        oof[test] = probabilities(fit(x[train], y[train], names), x[test])
         answerable = train[full[train]]
-        confidence[test] = probabilities(fit(x[answerable], y[answerable]), x[test])
+        confidence[test] = probabilities(fit(x[answerable], y[answerable], names), x[test])
     cv: dict = {"examples": len(y), "positives": int(y.sum()), "auc": round(float(roc_auc_score(y, oof)), 4),
                 "ece_full_collection": round(expected_calibration_error(confidence[full], y[full]), 4),
                 "thresholds": {}}
@@ -250,22 +277,18 @@ def main() -> None:
             "ece_answered": round(expected_calibration_error(confidence[full][answered], y[full][answered]), 4),
             "ece_answered_both_settings": round(expected_calibration_error(confidence[everywhere], y[everywhere]), 4),
         }
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    calibrated = fit(x[full], y[full])
-    calibrated = LinearModel(FEATURES, calibrated.mean, calibrated.scale, calibrated.weights, calibrated.bias,
+    calibrated = fit(x[full], y[full], names)
+    calibrated = LinearModel(names, calibrated.mean, calibrated.scale, calibrated.weights, calibrated.bias,
                              trained_on=f"XQuAD (en): {int(full.sum())} questions against the full collection; "
                                         f"scikit-learn LogisticRegression; article-grouped 5-fold CV: ECE "
                                         f"{cv['ece_full_collection']} (10 bins)")
-    (args.output_dir / CONFIDENCE_FILE).write_text(json.dumps(calibrated.dump(), indent=1) + "\n")
-    model = fit(x, y)
-    model = LinearModel(FEATURES, model.mean, model.scale, model.weights, model.bias, trained_on=(
+    confidence_file.write_text(json.dumps(calibrated.dump(), indent=1) + "\n")
+    model = fit(x, y, names)
+    model = LinearModel(names, model.mean, model.scale, model.weights, model.bias, trained_on=(
         f"XQuAD (en): {int(full.sum())} questions against the full collection and {int((~full).sum())} "
         f"without their paragraph; scikit-learn LogisticRegression; article-grouped 5-fold CV: AUC {cv['auc']}"))
-    (args.output_dir / MODEL_FILE).write_text(json.dumps(model.dump(), indent=1) + "\n")
-    shorts = train_short_answers(examples, oof, args.output_dir / SPAN_MODEL_FILE)
-    weights = dict(zip(FEATURES, np.round(model.weights, 3).tolist(), strict=True))
-    log(json.dumps({"short_answers": shorts, "cross_validation": cv, "weights": weights,
-                    "output_dir": str(args.output_dir)}, indent=1))
+    model_file.write_text(json.dumps(model.dump(), indent=1) + "\n")
+    return cv, oof, dict(zip(names, np.round(model.weights, 3).tolist(), strict=True))
 
 
 if __name__ == "__main__":

@@ -246,7 +246,7 @@ class Runtime:
             generator=LLMGenerator(self.llm) if self.llm is not None else None,
             parser=self.intent_parser, intent_llm=self.llm,
             evaluator=self.evaluator, prompts=prompts, reporting=reporting,
-            tokens=self.embedder if isinstance(self.embedder, TokenEncoder) else None,
+            tokens=self.embedder if s.answer_token_alignment and isinstance(self.embedder, TokenEncoder) else None,
             config=PipelineConfig(retrieve_budget_s=s.query_retrieve_budget_s, judge_budget_s=s.eval_judge_budget_s,
                                   generate_budget_s=s.query_generate_budget_s, history_turns=s.conversation_turns,
                                   candidates=s.query_retrieval_candidates, strategies=s.default_strategies,

@@ -211,7 +211,7 @@ def test_token_vectors_match_the_reference_and_the_text(local_embedder: LocalEmb
     texts = ["Where is Harvard stadium located?", "The stadium, in Allston, seats 30,000 people. " * 3, "émoji ✓"]
     onnx = local_embedder.encode_tokens(texts)
     torch = LocalEmbedder(backend="torch").encode_tokens(texts)
-    for a, b, text in zip(onnx, torch, texts, strict=True):
+    for a, b in zip(onnx, torch, strict=True):
         assert a.spans == b.spans and len(a.spans) == len(a.vectors)
         assert (a.vectors * b.vectors).sum(axis=1).min() > 0.9999
         np.testing.assert_allclose(np.linalg.norm(a.vectors, axis=1), 1.0, atol=1e-5)

@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 
 from rag_service.domain import Candidate, SearchHit
-from rag_service.pipeline.generation.answerability import FEATURES, Evidence, assess, confidence_model, default_model
+from rag_service.pipeline.generation.answerability import (
+    ALIGNED_FEATURES,
+    FEATURES,
+    Evidence,
+    assess,
+    confidence_model,
+    default_model,
+)
 from rag_service.pipeline.generation.extractive import ExtractiveGenerator
 from rag_service.pipeline.generation.spans import ShortAnswerModel, candidates, scored_candidates, short_answer
 from rag_service.text.questions import expected_kind, focus
@@ -71,6 +78,9 @@ def test_shipped_models_are_trained_and_match_the_code() -> None:
     for model in (default_model(), confidence_model()):
         assert model.features == FEATURES and "XQuAD" in model.trained_on
         assert np.any(model.weights != 0)
+    for model in (default_model(aligned=True), confidence_model(aligned=True)):
+        assert model.features == ALIGNED_FEATURES and "XQuAD" in model.trained_on
+        assert model.weights[ALIGNED_FEATURES.index("align_mean")] > 0  # a closer match, more likely answered
     spans = ShortAnswerModel.default()
     assert 0 < spans.threshold < 1 and "XQuAD" in spans.weights.trained_on
 

@@ -38,11 +38,14 @@ from rag_service.text.terms import terms
 
 FEATURES = ("best_coverage", "best_share", "chunk_share", "context_share", "entity_best", "entity_chunk",
             "entity_context", "has_entities", "pair_best", "pair_chunk", "kind_asked", "kind_missing", "cosine_top",
-            "cosine_gap", "terms_log", "margin", "rare_missing", "rerank_gap", "keyword_gap", "align_mean",
-            "align_worst")
+            "cosine_gap", "terms_log", "margin", "rare_missing", "rerank_gap", "keyword_gap")
+# With RAGSVC_ANSWER_TOKEN_ALIGNMENT on, a second pair of models also reads the token alignment.
+ALIGNED_FEATURES = (*FEATURES, "align_mean", "align_worst")
 MODEL_FILE = "answerability.json"
 MAX_CONFIDENCE = 0.99
 CONFIDENCE_FILE = "answer_confidence.json"
+ALIGNED_MODEL_FILE = "answerability_aligned.json"
+ALIGNED_CONFIDENCE_FILE = "answer_confidence_aligned.json"
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,8 @@ def standout(scores: Sequence[float]) -> float:
 
 
 def features(evidence: Evidence, asked: Focus | None = None) -> np.ndarray:
-    """One row of FEATURES (a pure function of the evidence)."""
+    """One row of ALIGNED_FEATURES (a pure function of the evidence; the first len(FEATURES)
+    columns are FEATURES, the alignment's are NaN without one)."""
     asked = asked or focus(evidence.question)
     best_terms = terms(evidence.best_sentence)
     chunk_terms = terms(evidence.best_chunk)
@@ -127,16 +131,20 @@ def features(evidence: Evidence, asked: Focus | None = None) -> np.ndarray:
         "align_mean": evidence.alignment[0] if evidence.alignment else math.nan,
         "align_worst": evidence.alignment[1] if evidence.alignment else math.nan,
     }
-    return np.array([row[name] for name in FEATURES], dtype=np.float64)
+    return np.array([row[name] for name in ALIGNED_FEATURES], dtype=np.float64)
 
 
 @cache
-def default_model() -> LinearModel:
+def default_model(aligned: bool = False) -> LinearModel:
+    if aligned:
+        return LinearModel.load(resource=ALIGNED_MODEL_FILE, features=ALIGNED_FEATURES)
     return LinearModel.load(resource=MODEL_FILE, features=FEATURES)
 
 
 @cache
-def confidence_model() -> LinearModel:
+def confidence_model(aligned: bool = False) -> LinearModel:
+    if aligned:
+        return LinearModel.load(resource=ALIGNED_CONFIDENCE_FILE, features=ALIGNED_FEATURES)
     return LinearModel.load(resource=CONFIDENCE_FILE, features=FEATURES)
 
 
@@ -145,13 +153,15 @@ def _sigmoid(logit: float) -> float:
 
 
 def assess(evidence: Evidence, model: LinearModel | None = None, confidence: LinearModel | None = None) -> Assessment:
-    """The model's reading of the evidence: whether it answers, and the answer's confidence."""
-    model, confidence = model or default_model(), confidence or confidence_model()
-    row = features(evidence)[None, :]
+    """The models' reading of the evidence: whether it answers, and the answer's confidence (the
+    aligned pair when the evidence carries the token alignment)."""
+    aligned = evidence.alignment is not None
+    model, confidence = model or default_model(aligned), confidence or confidence_model(aligned)
+    row = features(evidence)[None, :len(model.features)]
     # Never certain: the models extrapolate beyond what they were trained on.
     return Assessment(probability=_sigmoid(float(model.score(impute(row, model))[0])),
                       confidence=min(MAX_CONFIDENCE, _sigmoid(float(confidence.score(impute(row, confidence))[0]))),
-                      features={name: round(float(v), 4) for name, v in zip(FEATURES, row[0], strict=True)
+                      features={name: round(float(v), 4) for name, v in zip(model.features, row[0], strict=True)
                                 if not math.isnan(v)})
 
 

@@ -68,7 +68,7 @@ NOTHING_FOUND = "I could not find anything about this in the documents."
 NOT_IN_DOCUMENTS = ("The documents in this collection do not appear to answer this question. The closest passages "
                     "are given with this answer, in case the answer is phrased in a way I did not recognise.")
 # The default abstention threshold on the answerability probability (see train_answerability.py).
-ABSTAIN_BELOW = 0.15
+ABSTAIN_BELOW = 0.1
 
 
 @dataclass(frozen=True)
