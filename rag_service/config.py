@@ -144,8 +144,8 @@ class Settings(BaseSettings):
     answer_token_alignment: bool = Field(
         default=False,
         description="The extractive answer's abstention also reads how closely the best passage matches the "
-                    "question token by token (one more local-encoder call per answer: measured about +16 ms "
-                    "p50 and +27 ms p95 per query on 2 cores, abstention without the paragraph 0.685 -> 0.79 on "
+                    "question token by token (one more local-encoder call per answer: measured about +13-16 ms "
+                    "p50 and +21-27 ms p95 per query on 2 cores; abstention without the paragraph 0.685 -> 0.738 on "
                     "XQuAD); needs the local embedder, ignored with a remote one.",
     )
     answer_abstain_below: float = Field(

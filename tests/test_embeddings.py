@@ -206,14 +206,16 @@ def test_factory_picks_by_settings() -> None:
 
 
 def test_token_vectors_match_the_reference_and_the_text(local_embedder: LocalEmbedder) -> None:
-    """Per-token vectors: the ONNX graph's equal sentence-transformers' token embeddings, special
-    tokens are left out, each span is the token's text, and batching changes nothing."""
+    """Per-token vectors: the ONNX graph's (its int8 copy) stay close to sentence-transformers'
+    token embeddings, special tokens are left out, each span is the token's text, and a text's
+    vectors do not depend on the others asked with it."""
     texts = ["Where is Harvard stadium located?", "The stadium, in Allston, seats 30,000 people. " * 3, "émoji ✓"]
     onnx = local_embedder.encode_tokens(texts)
     torch = LocalEmbedder(backend="torch").encode_tokens(texts)
     for a, b in zip(onnx, torch, strict=True):
         assert a.spans == b.spans and len(a.spans) == len(a.vectors)
-        assert (a.vectors * b.vectors).sum(axis=1).min() > 0.9999
+        cosines = (a.vectors * b.vectors).sum(axis=1)
+        assert cosines.mean() > 0.93 and cosines.min() > 0.85, cosines  # measured: mean >= 0.95, min 0.92
         np.testing.assert_allclose(np.linalg.norm(a.vectors, axis=1), 1.0, atol=1e-5)
     assert [texts[0][s:e] for s, e in onnx[0].spans] == ["Where", "is", "Harvard", "stadium", "located", "?"]
     single = local_embedder.encode_tokens(texts[2:])[0]

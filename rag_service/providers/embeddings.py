@@ -147,9 +147,10 @@ class LocalEmbedder:
         if not texts:
             return []
         model = self._load()
+        if self.backend == "onnx":
+            # Not under the encode lock: the int8 token graph runs on one thread, beside the encoder.
+            return model.token_vectors(texts)
         with self._encode_lock:
-            if self.backend == "onnx":
-                return model.token_vectors(texts)
             encoded = model.tokenizer(list(texts), truncation=True, max_length=self._max_seq_length,
                                       return_offsets_mapping=True, return_special_tokens_mask=True)
             rows = model.encode(list(texts), output_value="token_embeddings", batch_size=self._batch_size,

@@ -14,6 +14,7 @@ import hashlib
 import logging
 import os
 import tempfile
+import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -93,6 +94,26 @@ def export_onnx(target: Path) -> Path:
     return target
 
 
+def quantized(path: Path) -> Path:
+    """An int8 copy of the exported graph beside it (ONNX Runtime's dynamic quantisation of the
+    weights), made once, atomically. The token alignment runs on it: 2.3x faster on its short
+    inputs, with the same cross-validated abstention (docs/benchmarks.md)."""
+    target = path.with_name(f"{path.stem}-int8.onnx")
+    if target.exists():
+        return target
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".onnx.tmp")
+    os.close(fd)
+    try:
+        quantize_dynamic(path, tmp, weight_type=QuantType.QInt8)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
 class OnnxMiniLM:
     """Tokenise with the model's own tokenizer, sort by length, batch by a token budget, run ORT.
 
@@ -122,6 +143,8 @@ class OnnxMiniLM:
         # where they grew 10 MB, at the same speed (200 queries 0.65 s, 256 chunks 4.1 s, both ways).
         options.enable_mem_pattern = False
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self._token_session = None  # the int8 copy, loaded at the first token_vectors()
+        self._token_lock = threading.Lock()
         self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self._tokenizer.enable_truncation(max_seq_length)
         self._tokenizer.no_padding()  # the file ships fixed padding to 128, which would be wrong here
@@ -145,17 +168,31 @@ class OnnxMiniLM:
 
     def token_vectors(self, texts: Sequence[str]) -> list[TokenVectors]:
         """Each text's normalised per-token vectors with the character span of each token, the
-        special tokens left out."""
+        special tokens left out, from the int8 copy of the graph on one thread (its inputs are a
+        question and a short passage: one at a time wastes nothing on padding, and a second
+        thread bought nothing on them)."""
+        import onnxruntime as ort
+
         from rag_service.providers.embeddings import TokenVectors
 
-        encodings = self._tokenizer.encode_batch(list(texts))
-        out: list[TokenVectors | None] = [None] * len(texts)
-        for batch, outputs in self._batches(encodings, ["tokens"]):
-            for row, index in enumerate(batch):
-                encoding = encodings[index]
-                keep = [i for i, special in enumerate(encoding.special_tokens_mask) if not special]
-                out[index] = TokenVectors(outputs[0][row, keep], [encoding.offsets[i] for i in keep])
-        return [v for v in out if v is not None]
+        with self._token_lock:
+            if self._token_session is None:
+                options = ort.SessionOptions()
+                options.intra_op_num_threads = 1
+                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+                options.enable_mem_pattern = False  # as for the main session: shapes vary per request
+                self._token_session = ort.InferenceSession(str(quantized(self.path)), options,
+                                                           providers=["CPUExecutionProvider"])
+        out = []
+        for encoding in self._tokenizer.encode_batch(list(texts)):
+            ids = np.array([encoding.ids], dtype=np.int64)
+            vectors = self._token_session.run(["tokens"], {"input_ids": ids, "attention_mask": np.ones_like(ids),
+                                                           "token_type_ids": np.zeros_like(ids)})[0][0]
+            # Renormalised: int8 weights leave the graph's unit vectors a little off unit length.
+            vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+            keep = [i for i, special in enumerate(encoding.special_tokens_mask) if not special]
+            out.append(TokenVectors(vectors[keep], [encoding.offsets[i] for i in keep]))
+        return out
 
     def _batches(self, encodings: list, outputs: list[str]):  # noqa: ANN202 - yields (indices, arrays)
         lengths = np.array([len(e.ids) for e in encodings])

@@ -46,6 +46,10 @@ MAX_CONFIDENCE = 0.99
 CONFIDENCE_FILE = "answer_confidence.json"
 ALIGNED_MODEL_FILE = "answerability_aligned.json"
 ALIGNED_CONFIDENCE_FILE = "answer_confidence_aligned.json"
+# The alignment costs an encoder call, so it is asked for only when the default model is this close
+# to the abstention threshold (in log-odds); farther away the aligned model almost never decides
+# otherwise (the margin is chosen from train_answerability.py's cascade report).
+ALIGN_MARGIN = 1.0
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,15 @@ def assess(evidence: Evidence, model: LinearModel | None = None, confidence: Lin
                       confidence=min(MAX_CONFIDENCE, _sigmoid(float(confidence.score(impute(row, confidence))[0]))),
                       features={name: round(float(v), 4) for name, v in zip(model.features, row[0], strict=True)
                                 if not math.isnan(v)})
+
+
+def undecided(probability: float, threshold: float, margin: float = ALIGN_MARGIN) -> bool:
+    """Whether ``probability`` is within ``margin`` log-odds of the abstention ``threshold`` (never
+    at a threshold of 0 or 1: those decide without a model)."""
+    if not 0 < threshold < 1:
+        return False
+    p = min(max(probability, 1e-9), 1 - 1e-9)
+    return abs(math.log(p / (1 - p)) - math.log(threshold / (1 - threshold))) < margin
 
 
 def impute(rows: np.ndarray, model: LinearModel) -> np.ndarray:

@@ -18,7 +18,7 @@ from rag_service.domain import Candidate, Citation, Complexity, GeneratedAnswer
 from rag_service.domain.prompts import PromptVersion
 from rag_service.errors import ProviderError
 from rag_service.pipeline.generation.alignment import alignment, passage
-from rag_service.pipeline.generation.answerability import Assessment, Evidence, assess
+from rag_service.pipeline.generation.answerability import Assessment, Evidence, assess, undecided
 from rag_service.pipeline.generation.spans import short_answer
 from rag_service.pipeline.generation.tokens import TokenSink
 from rag_service.providers.embeddings import TokenEncoder
@@ -117,9 +117,15 @@ class ExtractiveGenerator:
         executed as instructions)."""
         parameters = self.defaults.updated(prompt.parameters) if prompt is not None else self.defaults
         selection = self.select(question, sub_questions, context, parameters=parameters)
+        assessment = None
         if selection is not None:
-            selection = replace(selection, evidence=await self.aligned(selection.evidence))
-        answer = self.answer(question, context, selection, parameters)
+            assessment = assess(selection.evidence)
+            # Near the threshold, the token alignment decides (one encoder call); elsewhere it
+            # would almost never change the decision.
+            if self._tokens is not None and undecided(assessment.probability, parameters.abstain_below):
+                selection = replace(selection, evidence=await self.aligned(selection.evidence))
+                assessment = assess(selection.evidence)
+        answer = self.answer(question, context, selection, parameters, assessment)
         answer = answer.model_copy(update={"prompt_name": PROMPT_NAME,
                                            "prompt_version": prompt.version if prompt is not None else None})
         if on_token is not None and not answer.claims:
@@ -202,12 +208,13 @@ class ExtractiveGenerator:
                            parameters)
 
     def answer(self, question: str, context: Sequence[Candidate], selection: Selection | None,
-               parameters: ExtractiveParameters) -> GeneratedAnswer:
-        """The answer for a selection, judged by the answerability models."""
+               parameters: ExtractiveParameters, assessment: Assessment | None = None) -> GeneratedAnswer:
+        """The answer for a selection, judged by ``assessment`` (default: the answerability models'
+        reading of its evidence)."""
         if selection is None:
             return GeneratedAnswer(answer=NOTHING_FOUND, citations=[], claims=[], confidence=0.0,
                                    generator="extractive", answered=False)
-        assessment = assess(selection.evidence)
+        assessment = assessment or assess(selection.evidence)
         if assessment.probability < parameters.abstain_below:
             # The confidence model knows answerable questions only; here the answerability
             # probability is the honest figure.
