@@ -1,14 +1,14 @@
 """How search, hybrid query and ingestion costs grow with a collection's size (issue 15).
 
     .venv/bin/python -m benchmarks.scale --sizes 10000,100000 [--json] [--ef 20,40,80,160]
-        [--recall-queries 100] [--skip-http]
+        [--recall-queries 100] [--skip-http] [--build-only]
 
 Each size gets its own data dir (``.bench-data/scale-N``, its own embedded PostgreSQL), holding one
 collection ``scifact`` built by ``benchmarks/scale_data.py``: the real SciFact documents (chunks and
 vectors as the service ingested them, read from the SciFact benchmark data dir) plus generated
 documents up to N searchable chunks. A data dir already holding N chunks is reused (remove it to
-build again). For each size, over SciFact's 300 test queries (their relevant documents are in
-every collection):
+build again); one holding fewer resumes the build (its build time is then not reported). For
+each size, over SciFact's 300 test queries (their relevant documents are in every collection):
 
 - build seconds (through the store's bulk write path) and the database's size on disk;
 - semantic search in the store (HNSW) at several ``ef_search``: p50/p95 and recall@10 against an
@@ -82,6 +82,15 @@ def calibration(runtime, texts: list[str]) -> float:  # noqa: ANN001
     started = time.perf_counter()
     runtime.embedder.encode(texts)
     return round(len(texts) / (time.perf_counter() - started), 1)
+
+
+async def source_uris(runtime) -> frozenset[str]:  # noqa: ANN001
+    """The documents already in the collection (a build cut short resumes after them)."""
+    async with runtime.db.engine.connect() as conn:
+        rows = await conn.execute(text(
+            "SELECT d.source_uri FROM documents d JOIN collections k ON k.id = d.collection_id "
+            "WHERE k.name = :c"), {"c": COLLECTION})
+        return frozenset(r[0] for r in rows)
 
 
 async def chunk_count(runtime) -> int:  # noqa: ANN001
@@ -204,12 +213,17 @@ def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
             before = calibration(runtime, calibration_texts)
             build_s = None
             held = await chunk_count(runtime)
-            if held != max(size, the_seed.chunk_count):
-                if held:
-                    raise SystemExit(f"{data_dir} holds {held:,} chunks, not {size:,}: remove it to build again")
-                log(f"building {size:,} chunks in {data_dir}")
-                build_s = round(await build(runtime.store, the_seed, COLLECTION, size,
+            if held < max(size, the_seed.chunk_count):
+                present = await source_uris(runtime)
+                log(f"building {size:,} chunks in {data_dir}" + (f" (resuming: {held:,} there)" if held else ""))
+                seconds = round(await build(runtime.store, the_seed, COLLECTION, size, present=present,
                                             progress=lambda n: log(f"  {n:,} / {size:,} chunks")), 1)
+                # A resumed build's time covers only its own part: not reported as the build time.
+                build_s = None if held else seconds
+            elif held > max(size, the_seed.chunk_count):
+                raise SystemExit(f"{data_dir} holds {held:,} chunks, more than {size:,}: remove it to build again")
+            if args.build_only:
+                raise SystemExit(f"{data_dir}: {await chunk_count(runtime):,} chunks (build only: nothing measured)")
             disk_mb = await maintenance(runtime)
             figures = await store_figures(runtime, queries, args.ef, args.recall_queries)
             return {"chunks": await chunk_count(runtime), "build_s": build_s, "disk_mb": disk_mb, **figures,
@@ -265,6 +279,8 @@ def main() -> None:
     parser.add_argument("--default-ef", type=int, default=40, help="the ef_search the headline figures use")
     parser.add_argument("--recall-queries", type=int, default=100, help="queries with an exact scan for recall")
     parser.add_argument("--skip-http", action="store_true", help="store-level figures only")
+    parser.add_argument("--build-only", action="store_true",
+                        help="build (or resume building) each size's collection, measure nothing")
     parser.add_argument("--json", action="store_true", help="only one JSON object per line per size")
     args = parser.parse_args()
     args.ef = [int(x) for x in args.ef.split(",")]

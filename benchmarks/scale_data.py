@@ -184,8 +184,11 @@ def real_documents(seed: Seed, collection: str) -> Iterator[tuple[DocumentRecord
 
 
 async def build(store, seed: Seed, collection: str, chunks: int, *, batch_chunks: int = 2000,  # noqa: ANN001
-                progress: Callable[[int], None] | None = None, rng_seed: int = 0) -> float:
-    """Write the seed's documents and generated ones until ``chunks`` searchable chunks; seconds taken."""
+                progress: Callable[[int], None] | None = None, rng_seed: int = 0,
+                present: frozenset[str] = frozenset()) -> float:
+    """Write the seed's documents and generated ones until ``chunks`` searchable chunks; seconds taken.
+    The documents are the same on every run (seeded), so a build cut short resumes: documents whose
+    source URI is in ``present`` are counted but not written again (each batch commits whole)."""
     generator = Generator(seed, np.random.default_rng(rng_seed))
     started = time.perf_counter()
     written = 0
@@ -208,6 +211,9 @@ async def build(store, seed: Seed, collection: str, chunks: int, *, batch_chunks
 
     pending = 0
     for item in documents():
+        if item[0].source_uri in present:
+            written += searchable(item[1])
+            continue
         batch.append(item)
         pending += len(item[1])
         written += searchable(item[1])
