@@ -202,6 +202,7 @@ async def _qps(base: str, path: str, bodies: list[dict], concurrency: int = 16) 
 
 
 def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
+    """One size: build (or resume) its collection and measure it; {} with --build-only."""
     data_dir = BENCH_DATA / f"scale-{size}"
     dataset = scifact("test")
     queries = list(dataset.queries.values())
@@ -210,7 +211,7 @@ def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
     async def store_part() -> dict:
         runtime = open_runtime(data_dir)
         try:
-            before = calibration(runtime, calibration_texts)
+            before = None if args.build_only else calibration(runtime, calibration_texts)
             build_s = None
             held = await chunk_count(runtime)
             if held < max(size, the_seed.chunk_count):
@@ -223,7 +224,8 @@ def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
             elif held > max(size, the_seed.chunk_count):
                 raise SystemExit(f"{data_dir} holds {held:,} chunks, more than {size:,}: remove it to build again")
             if args.build_only:
-                raise SystemExit(f"{data_dir}: {await chunk_count(runtime):,} chunks (build only: nothing measured)")
+                log(f"{data_dir}: {await chunk_count(runtime):,} chunks (build only: nothing measured)")
+                return {}
             disk_mb = await maintenance(runtime)
             figures = await store_figures(runtime, queries, args.ef, args.recall_queries)
             return {"chunks": await chunk_count(runtime), "build_s": build_s, "disk_mb": disk_mb, **figures,
@@ -232,6 +234,8 @@ def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
             await runtime.close()
 
     result = asyncio.run(store_part())
+    if not result:  # --build-only
+        return {}
     http = {} if args.skip_http else http_figures(data_dir, dataset.queries, dataset.qrels)
 
     async def after() -> float:
@@ -288,9 +292,11 @@ def main() -> None:
     rows = []
     for size in [int(s) for s in args.sizes.split(",")]:
         row = measure_size(size, the_seed, args)
+        if not row:  # --build-only
+            continue
         rows.append(row)
         print(json.dumps(row if args.json else {k: v for k, v in row.items() if k != "detail"}), flush=True)
-    if not args.json:
+    if rows and not args.json:
         print(table(rows))
 
 

@@ -146,8 +146,8 @@ def featurise(examples: list[dict], data_dir: Path) -> tuple[np.ndarray, np.ndar
     selections = aligned([generator.select(e["question"], e["sub_questions"], context)
                           for e, context in zip(examples, contexts, strict=True)], data_dir)
     for e, context, selection in zip(examples, contexts, selections, strict=True):
-        if selection is None:
-            x.append([0.0] * len(FEATURES))
+        if selection is None:  # nothing retrieved: no evidence (and no alignment) at all
+            x.append([0.0] * len(FEATURES) + [np.nan] * (len(ALIGNED_FEATURES) - len(FEATURES)))
             y.append(0)
             continue
         # The features only: training must not depend on the models it is about to replace.
@@ -234,7 +234,7 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=BENCH_DATA / "xquad")
     parser.add_argument("--reuse", action="store_true", help=f"Train on the examples saved in {ROWS}.")
     parser.add_argument("--output-dir", type=Path, default=OUTPUT_DIR,
-                        help="Where the three models are written (default: the package's, which the service reads).")
+                        help="Where the five models are written (default: the package's, which the service reads).")
     args = parser.parse_args()
     if args.reuse and ROWS.exists():
         examples = [json.loads(line) for line in ROWS.read_text().splitlines()]

@@ -62,7 +62,7 @@ from rag_service.pipeline.orchestrator import QueryPipeline
 from rag_service.pipeline.reporting import QueryReporting
 from rag_service.pipeline.retrieval.retriever import Retriever, build_retriever
 from rag_service.prompts.registry import Prompt, PromptRegistry
-from rag_service.providers.embeddings import Embedder, TokenEncoder, make_embedder
+from rag_service.providers.embeddings import Embedder, LocalEmbedder, TokenEncoder, make_embedder
 from rag_service.providers.llm import OpenAICompatibleLLM, make_llm
 from rag_service.review.gate import GatePolicy
 from rag_service.review.service import ReviewService
@@ -246,7 +246,7 @@ class Runtime:
             generator=LLMGenerator(self.llm) if self.llm is not None else None,
             parser=self.intent_parser, intent_llm=self.llm,
             evaluator=self.evaluator, prompts=prompts, reporting=reporting,
-            tokens=self.embedder if s.answer_token_alignment and isinstance(self.embedder, TokenEncoder) else None,
+            token_encoder=self.token_encoder,
             config=PipelineConfig(retrieve_budget_s=s.query_retrieve_budget_s, judge_budget_s=s.eval_judge_budget_s,
                                   generate_budget_s=s.query_generate_budget_s, history_turns=s.conversation_turns,
                                   candidates=s.query_retrieval_candidates, strategies=s.default_strategies,
@@ -320,8 +320,16 @@ class Runtime:
                                                                       f"{exc}")
             raise
 
+    @property
+    def token_encoder(self) -> TokenEncoder | None:
+        """The encoder the extractive answerer aligns tokens with (RAGSVC_ANSWER_TOKEN_ALIGNMENT and a
+        local embedder), else None."""
+        on = self.settings.answer_token_alignment and isinstance(self.embedder, TokenEncoder)
+        return self.embedder if on else None
+
     async def warm_up_embedder(self) -> None:
-        """Load the embedding model; records failure instead of raising, for /readyz to report."""
+        """Load the embedding model (and the token encoder's copy when alignment is on); records
+        failure instead of raising, for /readyz to report."""
         try:
             await self.embedder.warm_up()
         except RagServiceError as exc:
@@ -333,6 +341,11 @@ class Runtime:
         else:
             self.embedder_ready = True
             self.embedder_error = None
+        if self.embedder_ready and self.token_encoder is not None and isinstance(self.embedder, LocalEmbedder):
+            try:
+                await self.embedder.warm_up_tokens()
+            except RagServiceError as exc:  # answers still work: the default models decide alone
+                log.error("token encoder failed to load (abstention reads no token alignment): %s", exc)
 
     async def close(self) -> None:
         if "tracer" in self.__dict__ and self.tracer is not None:  # send what is queued, within a bound

@@ -215,7 +215,7 @@ def test_token_vectors_match_the_reference_and_the_text(local_embedder: LocalEmb
     for a, b in zip(onnx, torch, strict=True):
         assert a.spans == b.spans and len(a.spans) == len(a.vectors)
         cosines = (a.vectors * b.vectors).sum(axis=1)
-        assert cosines.mean() > 0.93 and cosines.min() > 0.85, cosines  # measured: mean >= 0.95, min 0.92
+        assert cosines.mean() > 0.94 and cosines.min() > 0.9, cosines  # measured: mean >= 0.95, min 0.92
         np.testing.assert_allclose(np.linalg.norm(a.vectors, axis=1), 1.0, atol=1e-5)
     assert [texts[0][s:e] for s, e in onnx[0].spans] == ["Where", "is", "Harvard", "stadium", "located", "?"]
     single = local_embedder.encode_tokens(texts[2:])[0]

@@ -109,11 +109,11 @@ class QueryPipeline:
                  parser: IntentParser | None = None, config: PipelineConfig | None = None,
                  intent_llm: LLM | None = None, evaluator: AnswerEvaluator | None = None,
                  prompts: PromptSource | None = None, reporting: QueryReporting | None = None,
-                 tokens: TokenEncoder | None = None) -> None:
+                 token_encoder: TokenEncoder | None = None) -> None:
         """``generator`` answers (default: extractive); when it is not the extractive one, a
         failure of it falls back to extractive answers. ``prompts`` chooses the version of the
         generator's prompt each query uses (None: the generator's shipped default). ``reporting``: who
-        hears of each finished query (metrics, stored traces, Langfuse). ``tokens``: the local encoder
+        hears of each finished query (metrics, stored traces, Langfuse). ``token_encoder``: the local encoder
         the extractive answerer aligns the question with its best passage by (None: those features
         are unknown)."""
         self._retriever = retriever
@@ -122,7 +122,7 @@ class QueryPipeline:
         self._log = query_log
         self._parser = parser or IntentParser()
         self.config = config or PipelineConfig()
-        self._extractive = ExtractiveGenerator(self.config.abstain_below, tokens=tokens)
+        self._extractive = ExtractiveGenerator(self.config.abstain_below, token_encoder=token_encoder)
         self._generator: AnswerGenerator = generator or self._extractive
         self._intent_llm = intent_llm  # asked only when the rules are unsure of the query type
         self._prompts = prompts
@@ -351,7 +351,7 @@ class QueryPipeline:
             answer: GeneratedAnswer = run.results["generate"]
             reason = "; ".join(error.problems)
             if any("injection" in p for p in error.problems) and answer.generator == "llm":
-                replacement = self._extractive.extract(intent.question, intent.sub_questions, context)
+                replacement = await self._extractive.generate(intent.question, intent.sub_questions, context)
             else:
                 text = drop_citations(answer.answer, error.unresolved)
                 replacement = answer.model_copy(update={

@@ -143,13 +143,22 @@ class LocalEmbedder:
         return np.asarray(vectors, dtype=np.float32)
 
     def encode_tokens(self, texts: Sequence[str]) -> list[TokenVectors]:
-        """Synchronous per-token vectors (see TokenVectors), special tokens left out."""
+        """Synchronous per-token vectors (see TokenVectors), special tokens left out. The ONNX
+        backend gives them from its int8 copy (what the aligned answerability models were trained
+        on); the torch backend from the fp32 model."""
         if not texts:
             return []
         model = self._load()
-        if self.backend == "onnx":
-            # Not under the encode lock: the int8 token graph runs on one thread, beside the encoder.
-            return model.token_vectors(texts)
+        try:
+            if self.backend == "onnx":
+                # Not under the encode lock: the int8 token graph runs on one thread, beside the encoder.
+                return model.token_vectors(texts)
+            return self._torch_tokens(model, texts)
+        except Exception as exc:  # quantising (disk), ORT or torch: one error for the caller to handle
+            raise ProviderError(f"could not encode token vectors ({self.backend}): {type(exc).__name__}: {exc}",
+                                stage="embedder") from exc
+
+    def _torch_tokens(self, model, texts: Sequence[str]) -> list[TokenVectors]:  # noqa: ANN001
         with self._encode_lock:
             encoded = model.tokenizer(list(texts), truncation=True, max_length=self._max_seq_length,
                                       return_offsets_mapping=True, return_special_tokens_mask=True)
@@ -167,6 +176,11 @@ class LocalEmbedder:
 
     async def warm_up(self) -> None:
         await asyncio.to_thread(self._warm_up)
+
+    async def warm_up_tokens(self) -> None:
+        """Make and load what token_vectors() needs (the ONNX backend's int8 copy), so the first
+        answer that asks for token vectors does not pay for it."""
+        await self.token_vectors(["warm-up"])
 
     def _warm_up(self) -> None:
         model = self._load()

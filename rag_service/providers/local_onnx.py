@@ -98,10 +98,13 @@ def quantized(path: Path) -> Path:
     """An int8 copy of the exported graph beside it (ONNX Runtime's dynamic quantisation of the
     weights), made once, atomically. The token alignment runs on it: 2.3x faster on its short
     inputs, with the same cross-validated abstention (docs/benchmarks.md)."""
-    target = path.with_name(f"{path.stem}-int8.onnx")
+    import onnxruntime
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    # The quantiser's output may change between ONNX Runtime releases: one copy per release.
+    target = path.with_name(f"{path.stem}-int8-ort{onnxruntime.__version__}.onnx")
     if target.exists():
         return target
-    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".onnx.tmp")
     os.close(fd)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rag_service.pipeline.generation.alignment import alignment, passage
+from rag_service.pipeline.generation.alignment import alignment, passage, words_of
 from rag_service.providers.embeddings import TokenVectors
 
 CHUNK = ("The Normans were the people who gave their name to Normandy. Their identity emerged in the first half of "
@@ -38,3 +38,9 @@ def test_alignment_is_bounded_and_handles_nothing_to_match(local_embedder) -> No
     assert -1.0 <= mean <= 1.0 and 0.0 <= worst <= 2.0
     empty = TokenVectors(np.zeros((0, 384), dtype=np.float32), [])
     assert alignment(question, asked, empty, {}) == (0.0, 1.0)
+
+
+def test_each_token_maps_to_its_whole_word_and_punctuation_to_nothing() -> None:
+    text = "Where's Harvard-Allston's stadium?"
+    spans = [(0, 5), (5, 6), (6, 7), (8, 15), (15, 16), (16, 19), (19, 23), (23, 24), (24, 25), (26, 33), (33, 34)]
+    assert words_of(text, spans) == ["Where", "", "s", "Harvard", "", "Allston", "Allston", "", "s", "stadium", ""]

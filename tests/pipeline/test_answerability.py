@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from rag_service.domain import Candidate, SearchHit
+from rag_service.errors import ProviderError
 from rag_service.pipeline.generation.answerability import (
     ALIGNED_FEATURES,
     FEATURES,
@@ -114,7 +115,7 @@ def test_unknown_cosines_are_no_evidence_either_way() -> None:
 async def test_the_generator_answers_what_the_passages_hold_and_abstains_otherwise(local_embedder) -> None:
     """With the real local encoder, as the service runs it."""
     context = [candidate(PANTHERS, "panthers", 0.62), candidate(BRONCOS, "broncos", 0.35)]
-    generator = ExtractiveGenerator(tokens=local_embedder)
+    generator = ExtractiveGenerator(token_encoder=local_embedder)
     answered = await generator.generate("How many points did the Panthers defense give up?", [], context)
     assert answered.answered and answered.citations[0].source_uri == "panthers"
     assert answered.answerability is not None and answered.confidence > 0.5
@@ -127,7 +128,7 @@ async def test_the_generator_answers_what_the_passages_hold_and_abstains_otherwi
     assert all(not s.verified and s.quote for s in declined.closest_sources)
 
     # Abstention off: the same evidence gets the stitched answer (with its low confidence).
-    forced = await ExtractiveGenerator(abstain_below=0.0, tokens=local_embedder).generate(
+    forced = await ExtractiveGenerator(abstain_below=0.0, token_encoder=local_embedder).generate(
         "What is the boiling point of mercury on Mars in 1850?", [], unrelated)
     assert forced.answered and forced.citations and forced.confidence < 0.5
 
@@ -135,7 +136,7 @@ async def test_the_generator_answers_what_the_passages_hold_and_abstains_otherwi
 async def test_the_token_alignment_separates_a_matching_passage_and_is_asked_only_near_the_threshold(
         local_embedder) -> None:
     context = [candidate(PANTHERS, "panthers", 0.62), candidate(BRONCOS, "broncos", 0.35)]
-    generator = ExtractiveGenerator(tokens=local_embedder)
+    generator = ExtractiveGenerator(token_encoder=local_embedder)
     holds = generator.select("How many points did the Panthers defense give up?", [], context).evidence
     lacks = generator.select("What is the boiling point of mercury on Mars in 1850?", [], context).evidence
     holds, lacks = await generator.aligned(holds), await generator.aligned(lacks)
@@ -147,7 +148,7 @@ async def test_the_token_alignment_separates_a_matching_passage_and_is_asked_onl
     clear = await generator.generate(question, [], context)
     assert not undecided(clear.answerability["probability"], generator.abstain_below)
     assert "align_mean" not in clear.answerability  # far from the threshold: no encoder call
-    near = await ExtractiveGenerator(abstain_below=clear.answerability["probability"], tokens=local_embedder
+    near = await ExtractiveGenerator(abstain_below=clear.answerability["probability"], token_encoder=local_embedder
                                      ).generate(question, [], context)
     assert "align_mean" in near.answerability  # at the threshold: the aligned models decide
 
@@ -183,3 +184,25 @@ def test_undecided_is_a_band_in_log_odds_around_the_threshold() -> None:
     assert not undecided(0.5, 0.1) and not undecided(0.01, 0.1)  # more than 1 log-odds away
     assert not undecided(0.1, 0.0) and not undecided(0.9, 1.0)  # those thresholds decide without a model
     assert undecided(0.5, 0.1, margin=10.0)
+
+
+async def test_a_failing_token_encoder_leaves_the_default_models_deciding() -> None:
+    """An encoder that fails (a full disk while quantising, a runtime error) costs no answer: the
+    default models decide, and the broken encoder is not asked again."""
+
+    class Broken:
+        calls = 0
+
+        async def token_vectors(self, texts):  # noqa: ANN001, ANN202
+            Broken.calls += 1
+            raise ProviderError("could not encode token vectors (onnx): OSError: disk full", stage="embedder")
+
+    context = [candidate(PANTHERS, "panthers", 0.62), candidate(BRONCOS, "broncos", 0.35)]
+    question = "How many points did the Panthers defense give up?"
+    probability = ExtractiveGenerator().extract(question, [], context).answerability["probability"]
+    generator = ExtractiveGenerator(abstain_below=probability, token_encoder=Broken())  # at the threshold
+    first = await generator.generate(question, [], context)
+    again = await generator.generate(question, [], context)
+    assert Broken.calls == 1 and "align_mean" not in first.answerability
+    assert first.answerability == again.answerability == ExtractiveGenerator(abstain_below=probability).extract(
+        question, [], context).answerability

@@ -4,8 +4,9 @@ The lexical features of answerability.py see only shared word stems, so a passag
 the question ("began" for "started") looks no better than a sibling passage that shares the topic's
 words and not the asked fact. Here each of the question's content words is matched with its most
 similar token of the passage in the local encoder's contextual token space (late interaction, as
-ColBERT scores with "MaxSim"), and the matches are weighted by how rare the word is among the
-retrieved sentences, so the words that single out the asked fact count most.
+ColBERT scores with "MaxSim"; a word split into pieces counts once per piece), and the matches are
+weighted by how rare the word is among the retrieved sentences, so the words that single out the
+asked fact count most.
 
 Measured on XQuAD (benchmarks/train_answerability.py, article-grouped cross-validation), the two
 features raise abstention on questions whose paragraph was removed from 0.69 to 0.73 at the same
@@ -35,10 +36,14 @@ def passage(chunk: str, sentence: str) -> str:
     return sentence
 
 
-def _words(text: str, spans: list[tuple[int, int]]) -> list[str]:
-    """The whole word each token is part of (a word piece maps to its word)."""
+def words_of(text: str, spans: list[tuple[int, int]]) -> list[str]:
+    """The whole word each token is part of (a word piece maps to its word; a token without a
+    letter or digit, such as the question mark, to "")."""
     words = []
     for start, end in spans:
+        if not any(c.isalnum() for c in text[start:end]):
+            words.append("")
+            continue
         while start > 0 and text[start - 1].isalnum():
             start -= 1
         while end < len(text) and text[end].isalnum():
@@ -54,7 +59,7 @@ def alignment(question: str, asked: TokenVectors, found: TokenVectors, idf: Mapp
     least matched token, relative to that largest weight. Without content words, every token counts."""
     if not len(found.vectors) or not len(asked.vectors):
         return 0.0, 1.0
-    words = _words(question, asked.spans)
+    words = words_of(question, asked.spans)
     content = [i for i, w in enumerate(words) if terms(w)] or list(range(len(words)))
     unseen = max(idf.values(), default=1.0) + 1.0
     weights = np.array([max((idf.get(t, unseen) for t in terms(words[i])), default=1.0) for i in content])

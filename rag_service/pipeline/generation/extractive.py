@@ -45,7 +45,7 @@ class _Scored:
 class Selection:
     sentences: list[_Scored]  # in reading order
     best: str                 # the best-scoring sentence's text (where a short answer is looked for)
-    evidence: Evidence        # what the answerability models read (without the token alignment)
+    evidence: Evidence        # what the answerability models read (the alignment only once generate adds it)
 
 
 def _idf(sentences: Sequence[list[str]]) -> dict[str, float]:
@@ -96,13 +96,13 @@ class ExtractiveGenerator:
 
     prompt_name = PROMPT_NAME
 
-    def __init__(self, abstain_below: float = ABSTAIN_BELOW, tokens: TokenEncoder | None = None) -> None:
+    def __init__(self, abstain_below: float = ABSTAIN_BELOW, token_encoder: TokenEncoder | None = None) -> None:
         """``abstain_below``: answer only when the answerability model's probability that the
         evidence answers reaches it (0 never abstains); a prompt version may set its own.
-        ``tokens``: the local encoder whose token vectors align the question with the best passage
-        (without one, or when it fails, those features are unknown)."""
+        ``token_encoder``: the local encoder whose token vectors align the question with the best
+        passage near the threshold (without one, or once it fails, the default models decide)."""
         self.defaults = ExtractiveParameters(abstain_below=abstain_below)
-        self._tokens = tokens
+        self._token_encoder = token_encoder
 
     @property
     def abstain_below(self) -> float:
@@ -122,7 +122,7 @@ class ExtractiveGenerator:
             assessment = assess(selection.evidence)
             # Near the threshold, the token alignment decides (one encoder call); elsewhere it
             # would almost never change the decision.
-            if self._tokens is not None and undecided(assessment.probability, parameters.abstain_below):
+            if self._token_encoder is not None and undecided(assessment.probability, parameters.abstain_below):
                 selection = replace(selection, evidence=await self.aligned(selection.evidence))
                 assessment = assess(selection.evidence)
         answer = self.answer(question, context, selection, parameters, assessment)
@@ -138,13 +138,16 @@ class ExtractiveGenerator:
     async def aligned(self, evidence: Evidence) -> Evidence:
         """``evidence`` with the question's token alignment to the best passage, when a local
         encoder is at hand (one encoder call of two short texts)."""
-        if self._tokens is None:
+        if self._token_encoder is None:
             return evidence
         found = passage(evidence.best_chunk, evidence.best_sentence)
         try:
-            asked, matched = await self._tokens.token_vectors([evidence.question, found])
-        except ProviderError as exc:  # the features are then unknown, as without an encoder
-            log.warning("token alignment skipped: %s", exc)
+            asked, matched = await self._token_encoder.token_vectors([evidence.question, found])
+        except ProviderError as exc:
+            # The default models then decide, as without an encoder; a broken encoder is not
+            # asked again by this generator (each try could mean a failing quantisation).
+            log.error("token alignment off for this process: %s", exc)
+            self._token_encoder = None
             return evidence
         return replace(evidence, alignment=alignment(evidence.question, asked, matched, evidence.idf))
 
