@@ -62,7 +62,7 @@ from rag_service.pipeline.orchestrator import QueryPipeline
 from rag_service.pipeline.reporting import QueryReporting
 from rag_service.pipeline.retrieval.retriever import Retriever, build_retriever
 from rag_service.prompts.registry import Prompt, PromptRegistry
-from rag_service.providers.embeddings import Embedder, LocalEmbedder, TokenEncoder, make_embedder
+from rag_service.providers.embeddings import Embedder, TokenEncoder, make_embedder
 from rag_service.providers.llm import OpenAICompatibleLLM, make_llm
 from rag_service.review.gate import GatePolicy
 from rag_service.review.service import ReviewService
@@ -328,8 +328,9 @@ class Runtime:
         return self.embedder if on else None
 
     async def warm_up_embedder(self) -> None:
-        """Load the embedding model (and the token encoder's copy when alignment is on); records
-        failure instead of raising, for /readyz to report."""
+        """Load the embedding model; records failure instead of raising, for /readyz to report. (The
+        token encoder's int8 copy is made at the first answer that needs it, about a second: made
+        here, in a thread that outlives a cancelled warm-up, it overlapped whatever ran next.)"""
         try:
             await self.embedder.warm_up()
         except RagServiceError as exc:
@@ -341,11 +342,6 @@ class Runtime:
         else:
             self.embedder_ready = True
             self.embedder_error = None
-        if self.embedder_ready and self.token_encoder is not None and isinstance(self.embedder, LocalEmbedder):
-            try:
-                await self.embedder.warm_up_tokens()
-            except RagServiceError as exc:  # answers still work: the default models decide alone
-                log.error("token encoder failed to load (abstention reads no token alignment): %s", exc)
 
     async def close(self) -> None:
         if "tracer" in self.__dict__ and self.tracer is not None:  # send what is queued, within a bound

@@ -83,7 +83,9 @@ class LocalEmbedder:
         self._batch_size = batch_size
         self._max_seq_length = max_seq_length
         self.backend = backend
-        self._cache_dir = cache_dir
+        # Absolute: a relative data dir must keep meaning the same place if the working directory
+        # changes later (the int8 copy is made beside the export at first use).
+        self._cache_dir = cache_dir.resolve() if cache_dir is not None else None
         self._model = None
         self._load_lock = threading.Lock()
         self._encode_lock = threading.Lock()
@@ -177,10 +179,6 @@ class LocalEmbedder:
     async def warm_up(self) -> None:
         await asyncio.to_thread(self._warm_up)
 
-    async def warm_up_tokens(self) -> None:
-        """Make and load what token_vectors() needs (the ONNX backend's int8 copy), so the first
-        answer that asks for token vectors does not pay for it."""
-        await self.token_vectors(["warm-up"])
 
     def _warm_up(self) -> None:
         model = self._load()
