@@ -1,6 +1,7 @@
 """The extractive generator (no LLM): it answers with the retrieved sentences that best answer
 the question (and each sub-question), in reading order, each cited [n], with a short answer span
-when one is likely enough (spans.py). When the answerability model (answerability.py) finds the
+when one is likely enough (spans.py). When the answerability model (answerability.py; near its
+threshold, with the question's token alignment to the best passage, alignment.py) finds the
 retrieved evidence does not answer the question, it says so instead and lists the closest
 passages. An answer's confidence comes from the calibrated confidence model; a "does not answer"
 reports the answerability probability."""
@@ -112,9 +113,10 @@ class ExtractiveGenerator:
                        tier: Complexity = "simple", injection_flagged: bool = False,
                        retrieval_confidence: float | None = None, on_token: TokenSink | None = None,
                        prompt: PromptVersion | None = None) -> GeneratedAnswer:
-        """The AnswerGenerator protocol: ``extract`` with ``prompt``'s parameters, each claim passed
-        to ``on_token`` as the answer's text (there is no model tier, and retrieved text is never
-        executed as instructions)."""
+        """The AnswerGenerator protocol: what ``extract`` does, with ``prompt``'s parameters, and
+        with the token alignment when the default models are near the threshold (``extract`` is
+        synchronous and never asks for it); each claim is passed to ``on_token`` as the answer's
+        text (there is no model tier, and retrieved text is never executed as instructions)."""
         parameters = self.defaults.updated(prompt.parameters) if prompt is not None else self.defaults
         selection = self.select(question, sub_questions, context, parameters=parameters)
         assessment = None
