@@ -212,7 +212,7 @@ def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
         runtime = open_runtime(data_dir)
         try:
             before = None if args.build_only else calibration(runtime, calibration_texts)
-            build_s = None
+            build_s = seconds = None
             held = await chunk_count(runtime)
             if held < max(size, the_seed.chunk_count):
                 present = await source_uris(runtime)
@@ -224,7 +224,8 @@ def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
             elif held > max(size, the_seed.chunk_count):
                 raise SystemExit(f"{data_dir} holds {held:,} chunks, more than {size:,}: remove it to build again")
             if args.build_only:
-                log(f"{data_dir}: {await chunk_count(runtime):,} chunks (build only: nothing measured)")
+                took = f", built in {seconds} s" if seconds is not None else ""
+                log(f"{data_dir}: {await chunk_count(runtime):,} chunks{took} (build only: nothing measured)")
                 return {}
             disk_mb = await maintenance(runtime)
             figures = await store_figures(runtime, queries, args.ef, args.recall_queries)
