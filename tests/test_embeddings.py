@@ -220,3 +220,15 @@ def test_token_vectors_match_the_reference_and_the_text(local_embedder: LocalEmb
     assert [texts[0][s:e] for s, e in onnx[0].spans] == ["Where", "is", "Harvard", "stadium", "located", "?"]
     single = local_embedder.encode_tokens(texts[2:])[0]
     np.testing.assert_allclose(single.vectors, onnx[2].vectors, atol=1e-5)
+
+
+def test_the_int8_copy_is_made_once_beside_the_export(local_embedder: LocalEmbedder) -> None:
+    from rag_service.providers.local_onnx import quantized
+
+    local_embedder.encode_tokens(["make the copy"])
+    export = local_embedder._load().path
+    copy = quantized(export)
+    made = copy.stat().st_mtime_ns
+    assert copy.parent == export.parent and "int8" in copy.name and copy.stat().st_size < export.stat().st_size / 3
+    assert quantized(export) == copy and copy.stat().st_mtime_ns == made  # not made again
+    assert not list(export.parent.glob("*.tmp"))  # written atomically: no leftovers
