@@ -246,7 +246,8 @@ class Runtime:
             generator=LLMGenerator(self.llm) if self.llm is not None else None,
             parser=self.intent_parser, intent_llm=self.llm,
             evaluator=self.evaluator, prompts=prompts, reporting=reporting,
-            token_encoder=self.token_encoder,
+            token_encoder=self.embedder if s.answer_token_alignment and isinstance(self.embedder, TokenEncoder)
+            else None,
             config=PipelineConfig(retrieve_budget_s=s.query_retrieve_budget_s, judge_budget_s=s.eval_judge_budget_s,
                                   generate_budget_s=s.query_generate_budget_s, history_turns=s.conversation_turns,
                                   candidates=s.query_retrieval_candidates, strategies=s.default_strategies,
@@ -319,13 +320,6 @@ class Runtime:
                 await self.eval_runs.finish(run_id, summary={}, error=f"could not be queued: {type(exc).__name__}: "
                                                                       f"{exc}")
             raise
-
-    @property
-    def token_encoder(self) -> TokenEncoder | None:
-        """The encoder the extractive answerer aligns tokens with (RAGSVC_ANSWER_TOKEN_ALIGNMENT and a
-        local embedder), else None."""
-        on = self.settings.answer_token_alignment and isinstance(self.embedder, TokenEncoder)
-        return self.embedder if on else None
 
     async def warm_up_embedder(self) -> None:
         """Load the embedding model; records failure instead of raising, for /readyz to report. (The

@@ -113,9 +113,7 @@ class QueryPipeline:
         """``generator`` answers (default: extractive); when it is not the extractive one, a
         failure of it falls back to extractive answers. ``prompts`` chooses the version of the
         generator's prompt each query uses (None: the generator's shipped default). ``reporting``: who
-        hears of each finished query (metrics, stored traces, Langfuse). ``token_encoder``: the local encoder
-        the extractive answerer aligns the question with its best passage by (None: those features
-        are unknown)."""
+        hears of each finished query (metrics, stored traces, Langfuse). ``token_encoder``: see ExtractiveGenerator."""
         self._retriever = retriever
         self._collections = collections
         self._guidelines = guidelines
