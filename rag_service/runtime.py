@@ -69,6 +69,7 @@ from rag_service.review.service import ReviewService
 from rag_service.scoring.judge import PROMPT_NAME as JUDGE_PROMPT
 from rag_service.scoring.ragas_scores import RagasConfig
 from rag_service.stores.pgvector import PgVectorStore
+from rag_service.stores.pgvector.term_index import TermIndex
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,10 @@ class Runtime:
     def open(cls, settings: Settings) -> Runtime:
         """Connect (starting the embedded server if needed). Synchronous: call off the event loop."""
         db = Database.from_settings(settings, url=database_url(settings))
-        store = PgVectorStore(db, ef_search=settings.hnsw_ef_search, pattern_timeout_ms=settings.pattern_timeout_ms)
+        tantivy = settings.keyword_engine == "tantivy"
+        term_index = TermIndex(db, settings.data_dir / "keyword-index") if tantivy else None
+        store = PgVectorStore(db, ef_search=settings.hnsw_ef_search, pattern_timeout_ms=settings.pattern_timeout_ms,
+                              term_index=term_index)
         return cls(settings=settings, db=db, store=store, embedder=make_embedder(settings))
 
     @cached_property
@@ -345,6 +349,7 @@ class Runtime:
         if "llm" in self.__dict__ and self.llm is not None:  # only if it was ever made
             await self.llm.close()
         await self.embedder.close()
+        await self.store.close()
         await self.db.dispose()
 
     async def readiness(self) -> tuple[bool, dict[str, str]]:

@@ -45,6 +45,7 @@ async def _clean_traces(runtime: Runtime, every_s: float) -> None:
             deleted = await runtime.traces.delete_older_than(runtime.settings.trace_retention_days)
             if deleted:
                 log.info("deleted %d query traces older than %s days", deleted, runtime.settings.trace_retention_days)
+            await runtime.store.prune_keyword_changes()
         except Exception:  # the cleanup must keep running for the life of the process
             log.exception("query trace cleanup failed")
         await asyncio.sleep(every_s)

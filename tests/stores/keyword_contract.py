@@ -111,7 +111,9 @@ class KeywordSearchContract(CorpusFixtures):
             found = {h.document_id for h in hits}
             assert found <= expected, f"{strategy} returned documents outside the filter"
 
-    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    # Two stores run this contract (SQL and tantivy keyword scoring): the same test, two executors.
+    @settings(max_examples=40, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors])
     @given(principals=st.sets(st.sampled_from(PRINCIPALS)))
     async def test_keyword_searches_acl_never_leaks(self, store: KeywordStore, corpus, principals: set[str]) -> None:
         flt = SearchFilter(principals=tuple(sorted(principals)))

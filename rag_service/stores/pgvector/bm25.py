@@ -4,13 +4,18 @@ Scores come from the ``keyword_postings`` and ``keyword_stats`` tables (kept by 
 ``chunks``), so a query reads only the postings of its own terms; filters are checked on
 ``documents`` and only the best ``top_k`` chunk rows are read in full.
 
-Every posting of every query term is scored, so a common term's cost grows with the collection
-(149 ms p95 at 100,000 chunks; docs/scaling.md). A threshold-algorithm top k over impact-ordered
-postings was built, tested exact and measured slower here (migration 0011, removed by 0012): common
-terms keep near-maximal impacts for thousands of postings, so its bound rarely stops early.
+Scored in SQL, every posting of every query term counts, so a common term's cost grows with the
+collection (149 ms p95 at 100,000 chunks; docs/scaling.md). With the tantivy engine
+(``term_index.py``, ``RAGSVC_KEYWORD_ENGINE=tantivy``) a collection's top k comes from tantivy's
+block-max WAND instead: its best candidates are rescored here exactly, from the same postings and
+statistics as the SQL scoring, and kept only when provably the top k (else more are asked for, and
+past ``MAX_DEPTH`` the SQL scoring answers). A threshold-algorithm top k in SQL was built, tested
+exact and measured slower (migration 0011, removed by 0012).
 """
 
 from __future__ import annotations
+
+import math
 
 from sqlalchemy import CTE, Float, bindparam, cast, column, func, literal, select, text
 from sqlalchemy.dialects.postgresql import REGCONFIG
@@ -23,6 +28,10 @@ from rag_service.errors import InvalidInputError
 from rag_service.stores.pgvector.connection import PgStoreBase
 from rag_service.stores.pgvector.filters import build_filter, check_top_k, web_search_restriction
 from rag_service.stores.pgvector.search import base_select, to_hits
+from rag_service.stores.pgvector.term_index import Candidates
+
+MAX_DEPTH = 4096  # candidates asked of tantivy before the SQL scoring takes over
+_FLOAT32 = 1e-4   # tantivy scores in float32: its bound is loosened by this much (relative)
 
 
 class PgKeywordSearch(PgStoreBase):
@@ -40,7 +49,15 @@ class PgKeywordSearch(PgStoreBase):
         query = query.replace("\x00", "")
         config = (await self.schema()).text_search_config
         restriction = web_search_restriction(query)
-        scored = self._bm25_scores(query, config, flt.collection, k1, b)
+        if self._term_index is not None and flt.collection is not None and not restriction:
+            hits = await self._indexed_keyword_search(query, config, flt, top_k, k1, b)
+            if hits is not None:
+                return hits
+        return await self._top(self._bm25_scores(query, config, flt.collection, k1, b), flt, top_k, config,
+                               restriction)
+
+    async def _top(self, scored: CTE, flt: SearchFilter, top_k: int, config: str,
+                   restriction: str | None) -> list[SearchHit]:
         # Filters are checked on documents for every scored chunk; only the best top_k chunk rows
         # (with their text) are read afterwards.
         best = (
@@ -64,6 +81,67 @@ class PgKeywordSearch(PgStoreBase):
         async with self._db.connect() as conn:
             rows = (await conn.execute(stmt)).all()
         return to_hits(rows)
+
+    async def _indexed_keyword_search(self, query: str, config: str, flt: SearchFilter, top_k: int,
+                                      k1: float, b: float) -> list[SearchHit] | None:
+        """The top k from tantivy's candidates, rescored exactly; None when the SQL scoring must
+        answer (no index yet, no query terms, or no proof within MAX_DEPTH candidates)."""
+        assert self._term_index is not None and flt.collection is not None
+        async with self._db.connect() as conn:
+            row = (await conn.execute(text(
+                "SELECT k.id, (SELECT array_agg(DISTINCT lexeme) FROM unnest(to_tsvector(CAST(:config AS regconfig), "
+                ":query))), s.n, s.avgdl FROM collections k CROSS JOIN LATERAL (SELECT "
+                "greatest(sum(chunk_count), 1)::float8 AS n, greatest(sum(total_length)::float8 / "
+                "greatest(sum(chunk_count), 1), 1) AS avgdl FROM keyword_stats WHERE collection_id = k.id) s "
+                "WHERE k.name = :collection"),
+                {"config": config, "query": query, "collection": flt.collection})).one_or_none()
+        if row is None or not row[1]:
+            return None
+        collection_id, terms, n, avgdl = row
+        entry = await self._term_index.current(collection_id)
+        if entry is None:
+            self._term_index.fell_back += 1
+            return None
+        depth = max(4 * top_k, 40)
+        while True:
+            found = self._term_index.candidates(entry, terms, depth)
+            hits = await self._top(self._rescored(found, collection_id, n, avgdl, k1, b), flt, top_k, config, None)
+            # A chunk outside the candidates scores at most tantivy's last candidate score (its
+            # length is rounded down), loosened by how far tantivy's statistics differ from these.
+            # Fewer candidates than asked for: every chunk holding a query term was one.
+            if len(found.chunk_ids) < depth or (
+                    len(hits) == top_k and hits[-1].score > found.scores[-1] * _slack(found, n, avgdl)):
+                self._term_index.answered += 1
+                return hits
+            if depth >= MAX_DEPTH:
+                self._term_index.fell_back += 1
+                return None
+            depth *= 4
+
+    @staticmethod
+    def _rescored(found: Candidates, collection_id: int, n: float, avgdl: float, k1: float, b: float) -> CTE:
+        """A CTE (chunk_id, document_id, score) over the candidates: the same BM25 as
+        ``_bm25_scores`` with the same N and average length, document frequencies from the index."""
+        sql = """
+            WITH q AS (
+                SELECT * FROM unnest(CAST(:terms AS text[]), CAST(:dfs AS float8[])) AS q(term, df)
+            )
+            SELECT p.chunk_id, p.document_id,
+                   sum(ln(1 + (:n - q.df + 0.5) / (q.df + 0.5))
+                       * p.tf * (:k1 + 1) / (p.tf + :k1 * (1 - :b + :b * p.chunk_length / :avgdl))) AS score
+            FROM keyword_postings p JOIN q ON p.term = q.term
+            WHERE p.collection_id = :collection_id AND p.chunk_id = ANY(CAST(:ids AS uuid[]))
+            GROUP BY p.chunk_id, p.document_id
+        """
+        terms = list(found.doc_freqs)
+        stmt = text(sql).bindparams(
+            bindparam("terms", terms), bindparam("dfs", [float(found.doc_freqs[t]) for t in terms]),
+            bindparam("n", n, type_=Float), bindparam("avgdl", avgdl, type_=Float),
+            bindparam("k1", float(k1), type_=Float), bindparam("b", float(b), type_=Float),
+            bindparam("collection_id", collection_id), bindparam("ids", found.chunk_ids))
+        uuid_type = PG_UUID(as_uuid=True)
+        return stmt.columns(column("chunk_id", uuid_type), column("document_id", uuid_type),
+                            column("score", Float)).cte("bm25")
 
     @staticmethod
     def _bm25_scores(query: str, config: str, collection: str | None, k1: float, b: float) -> CTE:
@@ -102,3 +180,17 @@ class PgKeywordSearch(PgStoreBase):
         uuid_type = PG_UUID(as_uuid=True)
         return stmt.columns(column("chunk_id", uuid_type), column("document_id", uuid_type),
                             column("score", Float)).cte("bm25")
+
+
+def _idf(n: float, df: float) -> float:
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
+def _slack(found: Candidates, n: float, avgdl: float) -> float:
+    """How much higher an exact score can be than tantivy's for the same chunk: tantivy's N and
+    average length count deleted chunks until their segment merges. A longer average length raises
+    every term's score by at most its ratio; a smaller N lowers the idf (never a gain)."""
+    idf_ratio = max((_idf(n, df) / _idf(found.total_docs, df) for df in found.doc_freqs.values()
+                     if df and _idf(found.total_docs, df) > 0), default=1.0)
+    length_ratio = avgdl / found.avgdl if found.avgdl > 0 else math.inf
+    return max(1.0, idf_ratio) * max(1.0, length_ratio) * (1 + _FLOAT32)

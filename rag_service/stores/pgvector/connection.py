@@ -29,6 +29,7 @@ from sqlalchemy.sql.elements import ClauseElement
 
 from rag_service.db.engine import Database
 from rag_service.errors import SchemaMismatchError
+from rag_service.stores.pgvector.term_index import TermIndex
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,8 @@ async def register_vector_types(raw: psycopg.AsyncConnection[Any]) -> None:
 class PgStoreBase:
     """The state the write and search mixins share, and the helpers they all need."""
 
-    def __init__(self, db: Database, *, ef_search: int = 40, pattern_timeout_ms: int = 2000) -> None:
+    def __init__(self, db: Database, *, ef_search: int = 40, pattern_timeout_ms: int = 2000,
+                 term_index: TermIndex | None = None) -> None:
         if ef_search < 1:
             raise ValueError("ef_search must be >= 1")
         if pattern_timeout_ms < 1:
@@ -118,8 +120,14 @@ class PgStoreBase:
         self._db = db
         self._ef_search = ef_search
         self._pattern_timeout_ms = pattern_timeout_ms
+        self._term_index = term_index  # tantivy beside PostgreSQL for BM25 top k (None: SQL only)
         self._schema: SchemaInfo | None = None
         self._vector_registered: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    async def close(self) -> None:
+        """Stop a keyword index build in progress (the next start resumes from scratch)."""
+        if self._term_index is not None:
+            await self._term_index.close()
 
     async def _raw_with_vector(self, conn: AsyncConnection) -> Any:
         """The psycopg connection under ``conn``, with pgvector's types registered once per

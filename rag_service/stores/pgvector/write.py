@@ -97,6 +97,14 @@ class PgWrites(PgStoreBase):
             log.warning("could not fold the keyword statistics (%s: %s); reads add the deltas meanwhile",
                         type(exc).__name__, exc)
 
+    async def prune_keyword_changes(self, older_than_s: float = 86_400) -> int:
+        """Delete the keyword change log's rows older than a day (migration 0013); a keyword index
+        that has not caught up for half that long rebuilds instead of reading them."""
+        async with self._db.begin() as conn:
+            result = await conn.execute(
+                text("DELETE FROM keyword_changes WHERE at < now() - make_interval(secs => :s)"), {"s": older_than_s})
+        return result.rowcount or 0
+
     async def replace_documents(self, items: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord]]]) -> int:
         """Upsert each document and swap its chunks for the given ones, all in one transaction:
         a reader (or a crash) sees every document either entirely old or entirely new."""
