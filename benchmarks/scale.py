@@ -1,7 +1,7 @@
 """How search, hybrid query and ingestion costs grow with a collection's size (issue 15).
 
     .venv/bin/python -m benchmarks.scale --sizes 10000,100000 [--json] [--ef 20,40,80,160]
-        [--recall-queries 100] [--skip-http] [--build-only]
+        [--recall-queries 100] [--skip-http] [--build-only] [--keyword-engine tantivy] [--sql-queries 60]
 
 Each size gets its own data dir (``.bench-data/scale-N``, its own embedded PostgreSQL), holding one
 collection ``scifact`` built by ``benchmarks/scale_data.py``: the real SciFact documents (chunks and
@@ -13,8 +13,9 @@ each size, over SciFact's 300 test queries (their relevant documents are in ever
 - build seconds (through the store's bulk write path) and the database's size on disk;
 - semantic search in the store (HNSW) at several ``ef_search``: p50/p95 and recall@10 against an
   exact scan over the same collection (on the first ``--recall-queries`` queries);
-- keyword (BM25) in the store: p50/p95 over all queries and over the queries holding a common
-  term (one in at least 5% of the chunks);
+- keyword (BM25) in the store with ``--keyword-engine`` (the tantivy index is built first, and its
+  build timed): p50/p95 over all queries and over the queries holding a common term (one in at
+  least 5% of the chunks); with tantivy, the SQL scoring beside it on the first ``--sql-queries``;
 - over HTTP (``ragsvc serve``, default configuration): ``/v1/search`` top_k 10 (the default hybrid
   route) and ``/v1/query`` (no LLM) p50/p95 at concurrency 1 and requests/s at concurrency 16, and
   SciFact nDCG@10 of ``/v1/search``'s results;
@@ -134,7 +135,27 @@ async def timed(calls) -> tuple[list[float], list]:  # noqa: ANN001
     return ms, results
 
 
-async def store_figures(runtime, queries: list[str], efs: list[int], recall_queries: int) -> dict:  # noqa: ANN001
+async def keyword_engine_figures(runtime, queries: list[str], sql_queries: int) -> dict:  # noqa: ANN001
+    """Build (or load) the tantivy index and time it; the SQL scoring on the first queries beside it."""
+    index = runtime.store.term_index
+    if index is None:
+        return {}
+    async with runtime.db.engine.connect() as conn:
+        collection_id = (await conn.execute(text("SELECT id FROM collections WHERE name = :c"),
+                                            {"c": COLLECTION})).scalar_one()
+    started = time.perf_counter()
+    if not await index.ready(collection_id):
+        raise SystemExit("the tantivy keyword index could not be built (see the log)")
+    build_s = round(time.perf_counter() - started, 1)
+    sql = PgVectorStore(runtime.db)
+    flt = SearchFilter(collection=COLLECTION)
+    await sql.keyword_search(queries[0], flt, 10)  # warm
+    sql_ms, _ = await timed([lambda q=q: sql.keyword_search(q, flt, 10) for q in queries[:sql_queries]])
+    return {"index_build_or_load_s": build_s, "sql": {**latency(sql_ms), "queries": len(sql_ms)}}
+
+
+async def store_figures(runtime, queries: list[str], efs: list[int], recall_queries: int,  # noqa: ANN001
+                        sql_queries: int = 60) -> dict:
     flt = SearchFilter(collection=COLLECTION)
     vectors = runtime.embedder.encode(queries)
     exact_store = runtime.store
@@ -150,16 +171,20 @@ async def store_figures(runtime, queries: list[str], efs: list[int], recall_quer
                           for got, want in zip(hits, truth, strict=False)])
         semantic[ef] = {**latency(ms), "recall_at_10": round(float(recall), 4)}
     common = await common_queries(runtime, queries)
+    engine = await keyword_engine_figures(runtime, queries, sql_queries)
     await runtime.store.keyword_search(queries[0], flt, 10)  # warm
     keyword_ms, _ = await timed([lambda q=q: runtime.store.keyword_search(q, flt, 10) for q in queries])
     common_ms, _ = await timed([lambda q=q: runtime.store.keyword_search(q, flt, 10) for q in common])
+    index = runtime.store.term_index
+    if index is not None:
+        engine["answered_by_index"], engine["answered_by_sql"] = index.answered, index.fell_back
     return {"semantic": semantic, "keyword": latency(keyword_ms),
-            "keyword_common": {**latency(common_ms), "queries": len(common)}}
+            "keyword_common": {**latency(common_ms), "queries": len(common)}, "keyword_engine": engine}
 
 
-def http_figures(data_dir: Path, queries: dict[str, str], qrels: dict) -> dict:
+def http_figures(data_dir: Path, queries: dict[str, str], qrels: dict, keyword_engine: str) -> dict:
     """/v1/search and /v1/query one at a time, then 16 at a time."""
-    with serve(data_dir) as base:
+    with serve(data_dir, RAGSVC_KEYWORD_ENGINE=keyword_engine) as base:
         with httpx.Client(base_url=base, timeout=120) as client:
             def search(q: str) -> httpx.Response:
                 return client.post("/v1/search", json={"query": q, "collection": COLLECTION, "top_k": 10})
@@ -209,7 +234,7 @@ def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
     calibration_texts = [c.text for c in the_seed.leaves[:256]]
 
     async def store_part() -> dict:
-        runtime = open_runtime(data_dir)
+        runtime = open_runtime(data_dir, keyword_engine=args.keyword_engine)
         try:
             before = None if args.build_only else calibration(runtime, calibration_texts)
             build_s = seconds = None
@@ -228,7 +253,7 @@ def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
                 log(f"{data_dir}: {await chunk_count(runtime):,} chunks{took} (build only: nothing measured)")
                 return {}
             disk_mb = await maintenance(runtime)
-            figures = await store_figures(runtime, queries, args.ef, args.recall_queries)
+            figures = await store_figures(runtime, queries, args.ef, args.recall_queries, args.sql_queries)
             return {"chunks": await chunk_count(runtime), "build_s": build_s, "disk_mb": disk_mb, **figures,
                     "calibration_before": before}
         finally:
@@ -237,7 +262,7 @@ def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
     result = asyncio.run(store_part())
     if not result:  # --build-only
         return {}
-    http = {} if args.skip_http else http_figures(data_dir, dataset.queries, dataset.qrels)
+    http = {} if args.skip_http else http_figures(data_dir, dataset.queries, dataset.qrels, args.keyword_engine)
 
     async def after() -> float:
         runtime = open_runtime(data_dir)
@@ -251,6 +276,7 @@ def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
     semantic = result["semantic"].get(args.default_ef) or next(iter(result["semantic"].values()))
     return {
         "chunks": result["chunks"], "build_s": result["build_s"], "disk_mb": result["disk_mb"],
+        "keyword_engine": args.keyword_engine,
         "semantic_p95_ms": semantic["p95_ms"], "semantic_recall_at_10": semantic["recall_at_10"],
         "keyword_p95_ms": result["keyword"]["p95_ms"], "keyword_common_p95_ms": result["keyword_common"]["p95_ms"],
         "hybrid_p95_ms": http.get("search", {}).get("p95_ms"), "query_p95_ms": http.get("query", {}).get("p95_ms"),
@@ -258,7 +284,8 @@ def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
         "calibration_chunks_per_s": round((result["calibration_before"] + result["calibration_after"]) / 2, 1),
         "detail": {"semantic_by_ef_search": {str(k): v for k, v in result["semantic"].items()},
                    "semantic_ef_search": default_ef, "keyword": result["keyword"],
-                   "keyword_common": result["keyword_common"], "http": http,
+                   "keyword_common": result["keyword_common"], "keyword_engine": result["keyword_engine"],
+                   "http": http,
                    "calibration_before_after": [result["calibration_before"], result["calibration_after"]]},
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
@@ -287,6 +314,10 @@ def main() -> None:
     parser.add_argument("--build-only", action="store_true",
                         help="build (or resume building) each size's collection, measure nothing")
     parser.add_argument("--json", action="store_true", help="only one JSON object per line per size")
+    parser.add_argument("--keyword-engine", choices=("postgres", "tantivy"), default="postgres",
+                        help="BM25 top k in SQL, or from the tantivy index (RAGSVC_KEYWORD_ENGINE)")
+    parser.add_argument("--sql-queries", type=int, default=60,
+                        help="with --keyword-engine tantivy: queries timed with the SQL scoring beside it")
     args = parser.parse_args()
     args.ef = [int(x) for x in args.ef.split(",")]
     the_seed = seed()

@@ -124,6 +124,10 @@ class PgStoreBase:
         self._schema: SchemaInfo | None = None
         self._vector_registered: weakref.WeakSet[Any] = weakref.WeakSet()
 
+    @property
+    def term_index(self) -> TermIndex | None:
+        return self._term_index
+
     async def close(self) -> None:
         """Stop a keyword index build in progress (the next start resumes from scratch)."""
         if self._term_index is not None:
