@@ -63,10 +63,13 @@ class Settings(BaseSettings):
     hnsw_ef_construction: int = Field(default=64, ge=4, le=1000)
     hnsw_ef_search: int = Field(default=40, ge=1, le=1000)
     pattern_timeout_ms: int = Field(default=2_000, ge=10, description="Bound on one pattern search.")
-    keyword_engine: Literal["postgres", "tantivy"] = Field(
-        default="postgres", description="BM25 top k: scored in SQL over every posting (postgres), or from a tantivy "
-                                        "index under data_dir kept in step with PostgreSQL, rescored exactly (tantivy; "
-                                        "for large collections).")
+    keyword_engine: Literal["auto", "postgres", "tantivy"] = Field(
+        default="auto", description="BM25 top k: scored in SQL over every posting (postgres), or from a tantivy index "
+                                    "under data_dir kept in step with PostgreSQL and rescored exactly (tantivy); auto: "
+                                    "tantivy for collections of keyword_index_min_chunks or more.")
+    keyword_index_min_chunks: int = Field(
+        default=20_000, ge=0, description="With keyword_engine auto: the collection size from which the tantivy index "
+                                          "is built and used (smaller ones are scored in SQL, fast at that size).")
 
     # --- embeddings ------------------------------------------------------------------------
     embedding_provider: Literal["local", "openai"] = "local"

@@ -123,8 +123,9 @@ class Runtime:
     def open(cls, settings: Settings) -> Runtime:
         """Connect (starting the embedded server if needed). Synchronous: call off the event loop."""
         db = Database.from_settings(settings, url=database_url(settings))
-        tantivy = settings.keyword_engine == "tantivy"
-        term_index = TermIndex(db, settings.data_dir / "keyword-index") if tantivy else None
+        term_index = None if settings.keyword_engine == "postgres" else TermIndex(
+            db, settings.data_dir / "keyword-index",
+            min_chunks=settings.keyword_index_min_chunks if settings.keyword_engine == "auto" else 0)
         store = PgVectorStore(db, ef_search=settings.hnsw_ef_search, pattern_timeout_ms=settings.pattern_timeout_ms,
                               term_index=term_index)
         return cls(settings=settings, db=db, store=store, embedder=make_embedder(settings))

@@ -15,7 +15,7 @@ from benchmarks.datasets import scifact
 from rag_service.db.engine import Database
 from rag_service.domain import ChunkRecord, DocumentRecord, SearchFilter
 from rag_service.stores.pgvector import PgVectorStore
-from rag_service.stores.pgvector.term_index import TermIndex
+from rag_service.stores.pgvector.term_index import FORMAT, TermIndex
 from tests.stores.corpus import chunks_for, new_collection
 from tests.stores.keyword_contract import KeywordSearchContract
 
@@ -162,7 +162,7 @@ async def test_rebuilds_after_a_crash_or_when_too_old(database: Database, embed,
     state_file.write_text("{not json")
     engine = engine_store(database, tmp_path)
     assert len(await engine.keyword_search("pelican", flt, 5)) == 1
-    assert json.loads(state_file.read_text())["format"] == 1
+    assert json.loads(state_file.read_text())["format"] == FORMAT
     # An index that has not caught up for longer than the change log is kept is rebuilt.
     state = json.loads(state_file.read_text())
     state_file.write_text(json.dumps({**state, "checked_at": time.time() - 2 * 86_400}))
@@ -170,6 +170,20 @@ async def test_rebuilds_after_a_crash_or_when_too_old(database: Database, embed,
                                      chunks_for(doc, ["pelican stork"], embed))])
     engine = engine_store(database, tmp_path)
     assert [h.text for h in await engine.keyword_search("stork", flt, 5)] == ["pelican stork"]
+
+
+async def test_auto_uses_the_index_only_for_large_collections(database: Database, embed, tmp_path: Path) -> None:
+    """``keyword_engine=auto``: a collection below ``min_chunks`` is scored in SQL and gets no index."""
+    collection = new_collection()
+    doc = DocumentRecord(collection=collection, source_uri="t://g", content_hash="g")
+    await PgVectorStore(database).replace_documents([(doc, chunks_for(doc, ["gannet", "gannet gull", "gull"], embed))])
+    flt = SearchFilter(collection=collection)
+    for min_chunks, by_index in ((4, 0), (3, 1)):
+        index = TermIndex(database, tmp_path / str(min_chunks), build_in_background=False, min_chunks=min_chunks)
+        hits = await PgVectorStore(database, term_index=index).keyword_search("gannet", flt, 5)
+        assert [h.text for h in hits] == ["gannet", "gannet gull"]
+        assert (index.answered, index.fell_back) == (by_index, 0)
+        assert any((tmp_path / str(min_chunks)).glob("*/*/state.json")) == bool(by_index)  # noqa: ASYNC240
 
 
 async def test_old_change_rows_are_pruned(database: Database, embed) -> None:

@@ -16,6 +16,7 @@ exact and measured slower (migration 0011, removed by 0012).
 from __future__ import annotations
 
 import math
+import uuid
 
 from sqlalchemy import CTE, Float, bindparam, cast, column, func, literal, select, text
 from sqlalchemy.dialects.postgresql import REGCONFIG
@@ -98,30 +99,41 @@ class PgKeywordSearch(PgStoreBase):
         if row is None or not row[1]:
             return None
         collection_id, terms, n, avgdl = row
+        if n < self._term_index.min_chunks:
+            return None
         entry = await self._term_index.current(collection_id)
         if entry is None:
             self._term_index.fell_back += 1
             return None
         depth = max(4 * top_k, 40)
+        exact: dict[uuid.UUID, tuple[float, uuid.UUID]] = {}  # candidates that pass the filters: score, document
+        rescored: set[uuid.UUID] = set()
         while True:
             found = self._term_index.candidates(entry, terms, depth)
-            hits = await self._top(self._rescored(found, collection_id, n, avgdl, k1, b), flt, top_k, config, None)
+            fresh = [chunk_id for chunk_id in found.chunk_ids if chunk_id not in rescored]
+            rescored.update(fresh)
+            if fresh:
+                exact.update(await self._exact_scores(found, fresh, collection_id, n, avgdl, k1, b, flt))
+            best = sorted(exact.items(), key=lambda item: (-item[1][0], item[0]))[:top_k]
             # A chunk outside the candidates scores at most tantivy's last candidate score (its
             # length is rounded down), loosened by how far tantivy's statistics differ from these.
             # Fewer candidates than asked for: every chunk holding a query term was one.
             if len(found.chunk_ids) < depth or (
-                    len(hits) == top_k and hits[-1].score > found.scores[-1] * _slack(found, n, avgdl)):
+                    len(best) == top_k and best[-1][1][0] > found.scores[-1] * _slack(found, n, avgdl)):
                 self._term_index.answered += 1
-                return hits
+                return await self._top(_known(best), flt, top_k, config, None) if best else []
             if depth >= MAX_DEPTH:
                 self._term_index.fell_back += 1
                 return None
             depth *= 4
 
-    @staticmethod
-    def _rescored(found: Candidates, collection_id: int, n: float, avgdl: float, k1: float, b: float) -> CTE:
-        """A CTE (chunk_id, document_id, score) over the candidates: the same BM25 as
-        ``_bm25_scores`` with the same N and average length, document frequencies from the index."""
+    async def _exact_scores(self, found: Candidates, chunk_ids: list[uuid.UUID], collection_id: int, n: float,
+                            avgdl: float, k1: float, b: float,
+                            flt: SearchFilter) -> dict[uuid.UUID, tuple[float, uuid.UUID]]:
+        """The candidates' BM25, exactly as ``_bm25_scores`` computes it (the same N and average
+        length; document frequencies from the index), for those that pass the filters."""
+        # One primary-key probe per (term, candidate): LIMIT 1 keeps each a probe (a plain join
+        # lets the planner read the terms' whole posting lists and filter them).
         sql = """
             WITH q AS (
                 SELECT * FROM unnest(CAST(:terms AS text[]), CAST(:dfs AS float8[])) AS q(term, df)
@@ -129,8 +141,11 @@ class PgKeywordSearch(PgStoreBase):
             SELECT p.chunk_id, p.document_id,
                    sum(ln(1 + (:n - q.df + 0.5) / (q.df + 0.5))
                        * p.tf * (:k1 + 1) / (p.tf + :k1 * (1 - :b + :b * p.chunk_length / :avgdl))) AS score
-            FROM keyword_postings p JOIN q ON p.term = q.term
-            WHERE p.collection_id = :collection_id AND p.chunk_id = ANY(CAST(:ids AS uuid[]))
+            FROM q CROSS JOIN unnest(CAST(:ids AS uuid[])) AS c(chunk_id)
+            CROSS JOIN LATERAL (
+                SELECT p.chunk_id, p.document_id, p.tf, p.chunk_length FROM keyword_postings p
+                WHERE p.collection_id = :collection_id AND p.term = q.term AND p.chunk_id = c.chunk_id LIMIT 1
+            ) p
             GROUP BY p.chunk_id, p.document_id
         """
         terms = list(found.doc_freqs)
@@ -138,10 +153,15 @@ class PgKeywordSearch(PgStoreBase):
             bindparam("terms", terms), bindparam("dfs", [float(found.doc_freqs[t]) for t in terms]),
             bindparam("n", n, type_=Float), bindparam("avgdl", avgdl, type_=Float),
             bindparam("k1", float(k1), type_=Float), bindparam("b", float(b), type_=Float),
-            bindparam("collection_id", collection_id), bindparam("ids", found.chunk_ids))
+            bindparam("collection_id", collection_id), bindparam("ids", chunk_ids))
         uuid_type = PG_UUID(as_uuid=True)
-        return stmt.columns(column("chunk_id", uuid_type), column("document_id", uuid_type),
-                            column("score", Float)).cte("bm25")
+        scored = stmt.columns(column("chunk_id", uuid_type), column("document_id", uuid_type),
+                              column("score", Float)).cte("exact")
+        passing = (select(scored.c.chunk_id, scored.c.score, scored.c.document_id)
+                   .select_from(scored.join(Document, Document.id == scored.c.document_id))
+                   .where(*build_filter(flt, scope_chunks=False)))
+        async with self._db.connect() as conn:
+            return {chunk_id: (score, document_id) for chunk_id, score, document_id in await conn.execute(passing)}
 
     @staticmethod
     def _bm25_scores(query: str, config: str, collection: str | None, k1: float, b: float) -> CTE:
@@ -180,6 +200,18 @@ class PgKeywordSearch(PgStoreBase):
         uuid_type = PG_UUID(as_uuid=True)
         return stmt.columns(column("chunk_id", uuid_type), column("document_id", uuid_type),
                             column("score", Float)).cte("bm25")
+
+
+def _known(best: list[tuple[uuid.UUID, tuple[float, uuid.UUID]]]) -> CTE:
+    """Scores already computed, as the CTE (chunk_id, document_id, score) ``_top`` reads."""
+    uuid_type = PG_UUID(as_uuid=True)
+    stmt = text("SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:documents AS uuid[]), CAST(:scores AS float8[])) "
+                "AS k(chunk_id, document_id, score)").bindparams(
+        bindparam("ids", [chunk_id for chunk_id, _ in best]),
+        bindparam("documents", [document_id for _, (_, document_id) in best]),
+        bindparam("scores", [score for _, (score, _) in best]))
+    return stmt.columns(column("chunk_id", uuid_type), column("document_id", uuid_type),
+                        column("score", Float)).cte("bm25")
 
 
 def _idf(n: float, df: float) -> float:

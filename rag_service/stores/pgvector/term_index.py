@@ -40,7 +40,7 @@ from rag_service.db.engine import Database
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2  # 2: the chunk id in two u64 fast fields (read without fetching stored documents)
 STALE_AFTER_S = 12 * 3600  # keyword_changes keeps a day (the server's hourly cleanup): rebuild well before
 _BATCH = 5000
 _WRITER_HEAP = 64_000_000
@@ -48,6 +48,7 @@ _WRITER_HEAP = 64_000_000
 _LEXEMES = ("(SELECT coalesce(string_agg(repeat(u.lexeme || ' ', coalesce(array_length(u.positions, 1), 1)), ''), '') "
             "FROM unnest(c.tsv) u)")
 
+_LOW_64 = (1 << 64) - 1
 _SNAPSHOT = text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, extract(epoch FROM now())")
 
 
@@ -55,8 +56,11 @@ def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     # Whitespace only: the tokens are already PostgreSQL's lexemes. Frequencies, no positions.
     builder.add_text_field("terms", tokenizer_name="whitespace", index_option="freq", stored=False)
-    # The chunk id as one untokenised term, so a changed chunk can be deleted by it.
-    builder.add_text_field("chunk", tokenizer_name="raw", index_option="basic", stored=True)
+    # The chunk id as one untokenised term, so a changed chunk can be deleted by it, and as two
+    # 64-bit halves in column storage, read for a whole hit list at once.
+    builder.add_text_field("chunk", tokenizer_name="raw", index_option="basic")
+    builder.add_unsigned_field("chunk_hi", fast=True)
+    builder.add_unsigned_field("chunk_lo", fast=True)
     return builder.build()
 
 
@@ -90,9 +94,11 @@ class Candidates:
 class TermIndex:
     """The per-collection tantivy indexes under ``root`` for one database."""
 
-    def __init__(self, db: Database, root: Path, *, build_in_background: bool = True) -> None:
+    def __init__(self, db: Database, root: Path, *, build_in_background: bool = True, min_chunks: int = 0) -> None:
         self._db = db
         self._root = root
+        # Smaller collections are scored in SQL (fast at that size): no index to build or keep.
+        self.min_chunks = min_chunks
         # A server answers from SQL while an index builds; tests and benchmarks wait for it.
         self._background = build_in_background
         self.answered = 0   # searches answered from the index (proven top k)
@@ -148,8 +154,11 @@ class TermIndex:
         total, avgdl = float(searcher.num_docs), 0.0
         if hits:
             total, avgdl = _statistics(query.explain(searcher, hits[0][1]).to_json())
-        return Candidates([uuid.UUID(searcher.doc(address)["chunk"][0]) for _, address in hits],
-                          [score for score, _ in hits], doc_freqs, total, avgdl)
+        addresses = [address for _, address in hits]
+        ids = [uuid.UUID(int=hi << 64 | lo) for hi, lo in zip(searcher.fast_field_values("chunk_hi", addresses),
+                                                            searcher.fast_field_values("chunk_lo", addresses),
+                                                            strict=True)]
+        return Candidates(ids, [score for score, _ in hits], doc_freqs, total, avgdl)
 
     async def _load(self, collection_id: int) -> _Collection | None:
         path = await self._dir(collection_id)
@@ -285,7 +294,11 @@ def _statistics(explanation: str) -> tuple[float, float]:
 
 def _add(writer: tantivy.IndexWriter, rows: list) -> None:
     for chunk_id, lexemes in rows:
-        writer.add_document(tantivy.Document(terms=lexemes, chunk=str(chunk_id)))
+        document = tantivy.Document(terms=lexemes, chunk=str(chunk_id))
+        # add_unsigned: a plain int would be typed i64 or u64 by its size, and a column takes one type.
+        document.add_unsigned("chunk_hi", chunk_id.int >> 64)
+        document.add_unsigned("chunk_lo", chunk_id.int & _LOW_64)
+        writer.add_document(document)
 
 
 def _commit(writer: tantivy.IndexWriter) -> None:
