@@ -314,8 +314,9 @@ def main() -> None:
     parser.add_argument("--build-only", action="store_true",
                         help="build (or resume building) each size's collection, measure nothing")
     parser.add_argument("--json", action="store_true", help="only one JSON object per line per size")
-    parser.add_argument("--keyword-engine", choices=("postgres", "tantivy"), default="postgres",
-                        help="BM25 top k in SQL, or from the tantivy index (RAGSVC_KEYWORD_ENGINE)")
+    parser.add_argument("--keyword-engine", choices=("auto", "postgres", "tantivy"), default="auto",
+                        help="BM25 top k: as the service chooses (auto), in SQL, or from the tantivy index "
+                             "(RAGSVC_KEYWORD_ENGINE)")
     parser.add_argument("--sql-queries", type=int, default=60,
                         help="with --keyword-engine tantivy: queries timed with the SQL scoring beside it")
     args = parser.parse_args()
