@@ -210,6 +210,8 @@ class TermIndex:
                     "SELECT seq, xid::text::bigint, chunk_id FROM keyword_changes WHERE collection_id = :c "
                     "AND xid >= CAST(CAST(:applied AS text) AS xid8) AND seq <> ALL(CAST(:seen AS bigint[]))"),
                     {"c": collection_id, "applied": entry.applied_xmin, "seen": sorted(entry.seen)})).all()
+                if not changes:  # another search applied them while this one waited for the lock
+                    return
                 ids = sorted({chunk_id for _, _, chunk_id in changes})
                 rows = (await conn.execute(text(
                     f"SELECT c.id, {_LEXEMES} FROM chunks c WHERE c.id = ANY(:ids) "
