@@ -15,6 +15,7 @@ exact and measured slower (migration 0011, removed by 0012).
 
 from __future__ import annotations
 
+import asyncio
 import math
 import uuid
 
@@ -29,7 +30,7 @@ from rag_service.errors import InvalidInputError
 from rag_service.stores.pgvector.connection import PgStoreBase
 from rag_service.stores.pgvector.filters import build_filter, check_top_k, web_search_restriction
 from rag_service.stores.pgvector.search import base_select, to_hits
-from rag_service.stores.pgvector.term_index import Candidates
+from rag_service.stores.pgvector.term_index import K1, B, Candidates, TermIndex
 
 MAX_DEPTH = 4096  # candidates asked of tantivy before the SQL scoring takes over
 _FLOAT32 = 1e-4   # tantivy scores in float32: its bound is loosened by this much (relative)
@@ -50,7 +51,8 @@ class PgKeywordSearch(PgStoreBase):
         query = query.replace("\x00", "")
         config = (await self.schema()).text_search_config
         restriction = web_search_restriction(query)
-        if self._term_index is not None and flt.collection is not None and not restriction:
+        # tantivy scores with k1 1.2 and b 0.75: only then are its scores bounds of these.
+        if self._term_index is not None and flt.collection is not None and not restriction and (k1, b) == (K1, B):
             hits = await self._indexed_keyword_search(query, config, flt, top_k, k1, b)
             if hits is not None:
                 return hits
@@ -101,15 +103,17 @@ class PgKeywordSearch(PgStoreBase):
         collection_id, terms, n, avgdl = row
         if n < self._term_index.min_chunks:
             return None
-        entry = await self._term_index.current(collection_id)
+        index: TermIndex = self._term_index
+        entry = await index.current(collection_id)
         if entry is None:
-            self._term_index.fell_back += 1
+            index.fell_back += 1
             return None
-        depth = max(4 * top_k, 40)
+        searcher = entry.index.searcher()  # one view of the index for every round
+        depth = min(max(4 * top_k, 40), MAX_DEPTH)
         exact: dict[uuid.UUID, tuple[float, uuid.UUID]] = {}  # candidates that pass the filters: score, document
         rescored: set[uuid.UUID] = set()
         while True:
-            found = self._term_index.candidates(entry, terms, depth)
+            found = await asyncio.to_thread(index.candidates, searcher, terms, depth)
             fresh = [chunk_id for chunk_id in found.chunk_ids if chunk_id not in rescored]
             rescored.update(fresh)
             if fresh:
@@ -118,14 +122,15 @@ class PgKeywordSearch(PgStoreBase):
             # A chunk outside the candidates scores at most tantivy's last candidate score (its
             # length is rounded down), loosened by how far tantivy's statistics differ from these.
             # Fewer candidates than asked for: every chunk holding a query term was one.
-            if len(found.chunk_ids) < depth or (
-                    len(best) == top_k and best[-1][1][0] > found.scores[-1] * _slack(found, n, avgdl)):
-                self._term_index.answered += 1
+            every = len(found.chunk_ids) < depth
+            if every or (len(best) == top_k and best[-1][1][0] > found.scores[-1] * _slack(found, n, avgdl)):
+                index.answered += 1
+                index.proven += not every
                 return await self._top(_known(best), flt, top_k, config, None) if best else []
             if depth >= MAX_DEPTH:
-                self._term_index.fell_back += 1
+                index.fell_back += 1
                 return None
-            depth *= 4
+            depth = min(depth * 4, MAX_DEPTH)
 
     async def _exact_scores(self, found: Candidates, chunk_ids: list[uuid.UUID], collection_id: int, n: float,
                             avgdl: float, k1: float, b: float,
@@ -219,10 +224,12 @@ def _idf(n: float, df: float) -> float:
 
 
 def _slack(found: Candidates, n: float, avgdl: float) -> float:
-    """How much higher an exact score can be than tantivy's for the same chunk: tantivy's N and
-    average length count deleted chunks until their segment merges. A longer average length raises
-    every term's score by at most its ratio; a smaller N lowers the idf (never a gain)."""
-    idf_ratio = max((_idf(n, df) / _idf(found.total_docs, df) for df in found.doc_freqs.values()
-                     if df and _idf(found.total_docs, df) > 0), default=1.0)
+    """How much higher an exact score can be than tantivy's for the same chunk: tantivy's N,
+    document frequencies and average length count deleted chunks until their segment merges. A
+    term's idf can be higher here by the ratio of the two idfs; a longer average length raises every
+    term's length factor by at most its ratio."""
+    idf_ratio = max((_idf(n, found.doc_freqs[t]) / _idf(found.total_docs, df)
+                     for t, df in found.index_doc_freqs.items() if df and _idf(found.total_docs, df) > 0),
+                    default=1.0)
     length_ratio = avgdl / found.avgdl if found.avgdl > 0 else math.inf
     return max(1.0, idf_ratio) * max(1.0, length_ratio) * (1 + _FLOAT32)

@@ -10,20 +10,23 @@ are the chunk's lexemes exactly as PostgreSQL's text search configuration made t
 as often as it occurs), so terms, frequencies and lengths are PostgreSQL's own. PostgreSQL stays
 the source of truth: an index is built from ``chunks`` when missing or stale, and follows the
 ``keyword_changes`` log (migration 0013): before each search it applies the chunks written by
-transactions at or above its last snapshot's xmin that it has not applied yet.
+transactions at or above its last snapshot's xmin that it has not applied yet. The log is pruned
+below a transaction-id mark at least a day old (migration 0014); an index behind that mark rebuilds.
 
 Its scores are candidates, not answers: tantivy keeps a chunk's length in one byte (rounded down),
 so its BM25 is an upper bound of the exact one. ``bm25.py`` rescores the candidates exactly and
 proves that nothing outside them can do better, or asks for more.
 
-Only the process that applies changes writes (tantivy's writer lock); a process that cannot get
-the lock, or whose index is still being built, answers with the SQL scoring instead.
+One process owns a data dir's indexes (an exclusive ``flock`` held for its life): the server,
+normally. Another process on the same data dir (a CLI command while the server runs), a search
+while an index is built or changes are being applied, answers with the SQL scoring instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -32,6 +35,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import tantivy
 from sqlalchemy import text
@@ -41,15 +45,21 @@ from rag_service.db.engine import Database
 log = logging.getLogger(__name__)
 
 FORMAT = 2  # 2: the chunk id in two u64 fast fields (read without fetching stored documents)
-STALE_AFTER_S = 12 * 3600  # keyword_changes keeps a day (the server's hourly cleanup): rebuild well before
+K1, B = 1.2, 0.75  # tantivy's BM25 parameters: its scores bound the SQL scoring's only with these
+RETRY_AFTER_S = 60.0  # a failed build, or a data dir another process owns, is tried again after this
 _BATCH = 5000
 _WRITER_HEAP = 64_000_000
+_STATE_EVERY_S = 600.0  # how often an index that applied nothing new records its progress
 # A chunk's lexemes, each repeated tf times (tf counted as the postings trigger counts it).
 _LEXEMES = ("(SELECT coalesce(string_agg(repeat(u.lexeme || ' ', coalesce(array_length(u.positions, 1), 1)), ''), '') "
             "FROM unnest(c.tsv) u)")
-
 _LOW_64 = (1 << 64) - 1
-_SNAPSHOT = text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, extract(epoch FROM now())")
+_SNAPSHOT = text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+_PENDING = text(
+    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, "
+    "(SELECT below::text::bigint FROM keyword_changes_pruned), "
+    "EXISTS (SELECT 1 FROM keyword_changes WHERE collection_id = :c "
+    "AND xid >= CAST(CAST(:applied AS text) AS xid8) AND seq <> ALL(CAST(:seen AS bigint[])))")
 
 
 def _schema() -> tantivy.Schema:
@@ -73,11 +83,10 @@ class _Collection:
 
     path: Path
     index: tantivy.Index
-    applied_xmin: int            # every transaction below this had finished when last applied
-    checked_at: float            # database time of the last check that found the index current
+    applied_xmin: int  # every transaction below this had finished when last applied
     seen: dict[int, int] = field(default_factory=dict)  # change rows (seq: xid) at or above it, applied
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    written_at: float = 0.0
+    written_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)
@@ -86,8 +95,9 @@ class Candidates:
 
     chunk_ids: list[uuid.UUID]
     scores: list[float]
-    doc_freqs: dict[str, int]
-    total_docs: float   # N and average length as tantivy scored them (deleted chunks count until merged)
+    doc_freqs: dict[str, int]        # chunks holding each term now (what the SQL scoring counts)
+    index_doc_freqs: dict[str, int]  # as tantivy scored them: deleted chunks count until merged
+    total_docs: float                # N and average length as tantivy scored them (deleted ones too)
     avgdl: float
 
 
@@ -101,13 +111,19 @@ class TermIndex:
         self.min_chunks = min_chunks
         # A server answers from SQL while an index builds; tests and benchmarks wait for it.
         self._background = build_in_background
-        self.answered = 0   # searches answered from the index (proven top k)
-        self.fell_back = 0  # searches the SQL scoring answered (not ready, or no proof within MAX_DEPTH)
+        self.answered = 0   # searches answered from the index
+        self.proven = 0     # ... of which by the bound (the others held every matching chunk)
+        self.fell_back = 0  # searches the SQL scoring answered (not ready, not owned, or no proof)
+        self.builds = 0
         self._open: dict[int, _Collection] = {}
         self._building: dict[int, asyncio.Task[None]] = {}
+        self._failed_at: dict[int, float] = {}
         self._database_dir: Path | None = None
+        self._owner: IO[bytes] | None = None
+        self._owner_tried_at = -RETRY_AFTER_S
 
-    async def _dir(self, collection_id: int) -> Path:
+    async def _home(self) -> Path | None:
+        """This database's directory, if this process owns it (else None: answer from SQL)."""
         if self._database_dir is None:
             # One directory per database: a data dir pointed at another server must not reuse an index.
             async with self._db.connect() as conn:
@@ -115,16 +131,25 @@ class TermIndex:
                     "SELECT system_identifier::text || '-' || current_database() FROM pg_control_system()"
                 ))).scalar_one()
             self._database_dir = self._root / ident
-        return self._database_dir / str(collection_id)
+        if self._owner is None and time.monotonic() - self._owner_tried_at >= RETRY_AFTER_S:
+            self._owner_tried_at = time.monotonic()
+            self._owner = await asyncio.to_thread(_take_ownership, self._database_dir)
+        return self._database_dir if self._owner is not None else None
 
     async def current(self, collection_id: int, *, wait: bool = False) -> _Collection | None:
-        """The collection's index with every committed change applied, or None while it is being
-        built (``wait`` builds it now) or when this process cannot write to it."""
-        entry = self._open.get(collection_id) or await self._load(collection_id)
+        """The collection's index with every committed change applied, or None when the SQL
+        scoring must answer: the index is being built (``wait`` builds it now), being updated by
+        another search, too far behind the change log, or owned by another process."""
+        home = await self._home()
+        if home is None:
+            return None
+        entry = self._open.get(collection_id) or await asyncio.to_thread(self._load, home, collection_id)
         if entry is None:
+            if time.monotonic() - self._failed_at.get(collection_id, -RETRY_AFTER_S) < RETRY_AFTER_S:
+                return None
             task = self._building.get(collection_id)
             if task is None:
-                task = asyncio.create_task(self._build(collection_id))
+                task = asyncio.create_task(self._build(home, collection_id))
                 self._building[collection_id] = task
                 task.add_done_callback(lambda _t: self._building.pop(collection_id, None))
             if not wait and self._background:
@@ -133,69 +158,73 @@ class TermIndex:
             entry = self._open.get(collection_id)
             if entry is None:
                 return None
+        if entry.lock.locked():  # another search is applying changes: do not queue behind it
+            return None
         try:
-            fresh = await self._catch_up(collection_id, entry)
-        except (OSError, ValueError) as exc:  # another process holds the writer, or the disk failed
+            async with entry.lock:
+                if await self._catch_up(collection_id, entry):
+                    return entry
+        except (OSError, ValueError) as exc:  # tantivy's writer or the disk failed
             log.warning("keyword index of collection %s not updated (%s): answering from SQL", collection_id, exc)
             return None
-        return entry if fresh else None
+        # Behind the pruned log: removed, so this builds a new one (or starts building it).
+        return await self.current(collection_id, wait=wait)
 
     async def ready(self, collection_id: int) -> bool:
         """Build (or catch up) the collection's index now; True when searches will use it."""
         return await self.current(collection_id, wait=True) is not None
 
-    def candidates(self, entry: _Collection, terms: list[str], depth: int) -> Candidates:
-        searcher = entry.index.searcher()
+    @staticmethod
+    def candidates(searcher: tantivy.Searcher, terms: list[str], depth: int) -> Candidates:
+        """tantivy's top ``depth`` (blocking: call it off the event loop)."""
         query = tantivy.Query.boolean_query(
             [(tantivy.Occur.Should, tantivy.Query.term_query(SCHEMA, "terms", t)) for t in terms])
         # count=False: counting every match would visit every posting, which is what this avoids.
         hits = searcher.search(query, depth, count=False).hits
-        doc_freqs = {t: searcher.doc_freq("terms", t) for t in terms}
+        index_doc_freqs = {t: searcher.doc_freq("terms", t) for t in terms}
         total, avgdl = float(searcher.num_docs), 0.0
         if hits:
             total, avgdl = _statistics(query.explain(searcher, hits[0][1]).to_json())
+        doc_freqs = index_doc_freqs
+        if total != searcher.num_docs:  # deleted chunks not merged away yet: count the live ones
+            doc_freqs = {t: searcher.search(tantivy.Query.term_query(SCHEMA, "terms", t), 1).count for t in terms}
         addresses = [address for _, address in hits]
         ids = [uuid.UUID(int=hi << 64 | lo) for hi, lo in zip(searcher.fast_field_values("chunk_hi", addresses),
                                                             searcher.fast_field_values("chunk_lo", addresses),
                                                             strict=True)]
-        return Candidates(ids, [score for score, _ in hits], doc_freqs, total, avgdl)
+        return Candidates(ids, [score for score, _ in hits], doc_freqs, index_doc_freqs, total, avgdl)
 
-    async def _load(self, collection_id: int) -> _Collection | None:
-        path = await self._dir(collection_id)
+    def _load(self, home: Path, collection_id: int) -> _Collection | None:
+        path = home / str(collection_id)
         try:
             state = json.loads((path / "state.json").read_text())
-        except (OSError, ValueError):
-            return None
-        if state.get("format") != FORMAT or time.time() - state["checked_at"] > STALE_AFTER_S:
-            return None  # the change log may have been cleaned past it: rebuild
-        entry = _Collection(path, tantivy.Index(SCHEMA, path=str(path / "index")), state["applied_xmin"],
-                            state["checked_at"], {int(k): v for k, v in state.get("seen", {}).items()},
-                            written_at=state["checked_at"])
+            if state.get("format") != FORMAT:
+                return None
+            entry = _Collection(path, tantivy.Index(SCHEMA, path=str(path / "index")), int(state["applied_xmin"]),
+                                {int(k): int(v) for k, v in state.get("seen", {}).items()})
+        except (OSError, ValueError, KeyError):
+            return None  # missing or torn: rebuild
         self._open[collection_id] = entry
         return entry
 
     async def _catch_up(self, collection_id: int, entry: _Collection) -> bool:
-        """Apply the change log's rows this index has not seen; False when it is too old to catch up."""
+        """Apply the change log's rows this index has not seen; False when it is behind what the
+        log still holds (it is then removed, and rebuilt by the next search)."""
         async with self._db.connect() as conn:
-            row = (await conn.execute(text(
-                "SELECT extract(epoch FROM now()), pg_snapshot_xmin(pg_current_snapshot())::text::bigint, "
-                "EXISTS (SELECT 1 FROM keyword_changes WHERE collection_id = :c "
-                "AND xid >= CAST(CAST(:applied AS text) AS xid8) AND seq <> ALL(CAST(:seen AS bigint[])))"),
-                {"c": collection_id, "applied": entry.applied_xmin, "seen": sorted(entry.seen)})).one()
-        now, xmin, pending = float(row[0]), int(row[1]), bool(row[2])
-        if now - entry.checked_at > STALE_AFTER_S:
+            xmin, pruned_below, pending = (await conn.execute(_PENDING, {
+                "c": collection_id, "applied": entry.applied_xmin, "seen": sorted(entry.seen)})).one()
+        if entry.applied_xmin < int(pruned_below):
             self._open.pop(collection_id, None)
             await asyncio.to_thread(shutil.rmtree, entry.path, True)
             return False
         if pending:
-            async with entry.lock:
-                await self._apply(collection_id, entry)
+            await self._apply(collection_id, entry)
         else:
             # Everything this snapshot shows was applied; what it cannot show yet belongs to
             # transactions at or above its xmin, so the next check may start there.
             entry.seen = {seq: xid for seq, xid in entry.seen.items() if xid >= xmin}
-            entry.applied_xmin, entry.checked_at = max(entry.applied_xmin, xmin), now
-            if now - entry.written_at > 3600:
+            entry.applied_xmin = max(entry.applied_xmin, int(xmin))
+            if time.monotonic() - entry.written_at > _STATE_EVERY_S:
                 await asyncio.to_thread(_write_state, entry.path, entry)
         return True
 
@@ -205,29 +234,28 @@ class TermIndex:
             async with conn.begin():
                 # One snapshot for the log and the chunks: what it shows is applied, and every
                 # transaction below its xmin is over, so the next check starts there.
-                xmin, now = (await conn.execute(_SNAPSHOT)).one()
+                xmin = (await conn.execute(_SNAPSHOT)).scalar_one()
                 changes = (await conn.execute(text(
                     "SELECT seq, xid::text::bigint, chunk_id FROM keyword_changes WHERE collection_id = :c "
                     "AND xid >= CAST(CAST(:applied AS text) AS xid8) AND seq <> ALL(CAST(:seen AS bigint[]))"),
                     {"c": collection_id, "applied": entry.applied_xmin, "seen": sorted(entry.seen)})).all()
-                if not changes:  # another search applied them while this one waited for the lock
-                    return
                 ids = sorted({chunk_id for _, _, chunk_id in changes})
                 rows = (await conn.execute(text(
                     f"SELECT c.id, {_LEXEMES} FROM chunks c WHERE c.id = ANY(:ids) "
                     "AND c.collection_id = :c AND c.embedding IS NOT NULL"), {"ids": ids, "c": collection_id})).all()
-        await asyncio.to_thread(_replace, entry.index, ids, rows)
+        if ids:
+            await asyncio.to_thread(_replace, entry.index, ids, rows)
         # Rows at or above the new xmin will be listed again: remember them, and only them.
         seen = {**entry.seen, **{seq: xid for seq, xid, _ in changes}}
         entry.seen = {seq: xid for seq, xid in seen.items() if xid >= xmin}
-        entry.applied_xmin, entry.checked_at = int(xmin), float(now)
+        entry.applied_xmin = int(xmin)
         await asyncio.to_thread(_write_state, entry.path, entry)
 
-    async def _build(self, collection_id: int) -> None:
-        """Build the collection's index in a new directory and swap it in; a crash leaves only a
-        temporary directory, removed by the next build."""
-        final = await self._dir(collection_id)
-        scratch = final.with_name(f"{final.name}.building-{os.getpid()}")
+    async def _build(self, home: Path, collection_id: int) -> None:
+        """Build the collection's index in a scratch directory and swap it in. A crash leaves only
+        the scratch directory, which the next build (by the process owning the data dir) removes."""
+        final = home / str(collection_id)
+        scratch = final.with_name(f"{final.name}.building")
         started = time.perf_counter()
         try:
             await asyncio.to_thread(shutil.rmtree, scratch, True)
@@ -238,7 +266,7 @@ class TermIndex:
             async with self._db.connect() as conn:
                 conn = await conn.execution_options(isolation_level="REPEATABLE READ")
                 async with conn.begin():
-                    xmin, now = (await conn.execute(_SNAPSHOT)).one()
+                    xmin = (await conn.execute(_SNAPSHOT)).scalar_one()
                     result = await conn.stream(text(
                         f"SELECT c.id, {_LEXEMES} FROM chunks c WHERE c.collection_id = :c "
                         "AND c.embedding IS NOT NULL"), {"c": collection_id})
@@ -246,17 +274,20 @@ class TermIndex:
                         await asyncio.to_thread(_add, writer, batch)
                         count += len(batch)
             await asyncio.to_thread(_commit, writer)
-            await asyncio.to_thread(_write_state, scratch, _Collection(final, index, int(xmin), float(now)))
+            await asyncio.to_thread(_write_state, scratch, _Collection(final, index, int(xmin)))
             del index, writer
             await asyncio.to_thread(_swap, scratch, final)
-            entry = _Collection(final, tantivy.Index(SCHEMA, path=str(final / "index")), int(xmin), float(now),
-                                written_at=float(now))
-            self._open[collection_id] = entry
+            self._open[collection_id] = _Collection(final, tantivy.Index(SCHEMA, path=str(final / "index")), int(xmin))
+            self.builds += 1
             log.info("keyword index of collection %s built: %d chunks in %.1f s", collection_id, count,
                      time.perf_counter() - started)
-        except Exception:
-            log.exception("building the keyword index of collection %s failed: answering from SQL", collection_id)
-            await asyncio.to_thread(shutil.rmtree, scratch, True)
+        except BaseException as exc:
+            shutil.rmtree(scratch, ignore_errors=True)
+            if not isinstance(exc, Exception):
+                raise  # cancelled (the server is stopping): nothing to retry
+            self._failed_at[collection_id] = time.monotonic()
+            log.exception("building the keyword index of collection %s failed: answering from SQL for %.0f s",
+                          collection_id, RETRY_AFTER_S)
 
     async def close(self) -> None:
         for task in list(self._building.values()):
@@ -264,17 +295,34 @@ class TermIndex:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._open.clear()
+        if self._owner is not None:
+            self._owner.close()  # releases the flock
+            self._owner = None
+
+
+def _take_ownership(home: Path) -> IO[bytes] | None:
+    """An exclusive, non-blocking flock on the data dir's index directory, held while the file
+    stays open (the kernel drops it if the process dies); None if another process holds it."""
+    home.mkdir(parents=True, exist_ok=True)
+    handle = (home / "owner.lock").open("ab")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        log.info("keyword indexes in %s belong to another process: keyword search is scored in SQL here", home)
+        return None
+    return handle
 
 
 def _write_state(path: Path, entry: _Collection) -> None:
     """What the index has applied, written after tantivy's commit: a crash in between only means
     the next check applies the same rows again (deleting and re-adding a chunk is idempotent)."""
-    state = {"format": FORMAT, "applied_xmin": entry.applied_xmin, "checked_at": entry.checked_at,
+    state = {"format": FORMAT, "applied_xmin": entry.applied_xmin,
              "seen": {str(seq): xid for seq, xid in entry.seen.items()}}
     scratch = path / "state.json.tmp"
     scratch.write_text(json.dumps(state))
     os.replace(scratch, path / "state.json")
-    entry.written_at = entry.checked_at
+    entry.written_at = time.monotonic()
 
 
 def _statistics(explanation: str) -> tuple[float, float]:

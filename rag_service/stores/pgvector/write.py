@@ -98,12 +98,24 @@ class PgWrites(PgStoreBase):
                         type(exc).__name__, exc)
 
     async def prune_keyword_changes(self, older_than_s: float = 86_400) -> int:
-        """Delete the keyword change log's rows older than a day (migration 0013); a keyword index
-        that has not caught up for half that long rebuilds instead of reading them."""
+        """Delete the keyword change log below the newest mark at least ``older_than_s`` old, after
+        adding a mark (the oldest running snapshot's xmin) for a later cleanup (migration 0014).
+        A keyword index that has not read that far rebuilds instead of reading the rows."""
         async with self._db.begin() as conn:
-            result = await conn.execute(
-                text("DELETE FROM keyword_changes WHERE at < now() - make_interval(secs => :s)"), {"s": older_than_s})
-        return result.rowcount or 0
+            await conn.execute(text(
+                "INSERT INTO keyword_changes_marks (below) VALUES (pg_snapshot_xmin(pg_current_snapshot()))"))
+            mark = (await conn.execute(text(
+                "SELECT at, below FROM keyword_changes_marks WHERE at < now() - make_interval(secs => :s) "
+                "ORDER BY at DESC LIMIT 1"), {"s": older_than_s})).one_or_none()
+            if mark is None:
+                return 0
+            at, xmin = mark
+            deleted = await conn.execute(text("DELETE FROM keyword_changes WHERE xid < CAST(:x AS xid8)"),
+                                         {"x": str(xmin)})
+            await conn.execute(text("UPDATE keyword_changes_pruned SET below = greatest(below, CAST(:x AS xid8))"),
+                               {"x": str(xmin)})
+            await conn.execute(text("DELETE FROM keyword_changes_marks WHERE at < :at"), {"at": at})
+        return deleted.rowcount or 0
 
     async def replace_documents(self, items: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord]]]) -> int:
         """Upsert each document and swap its chunks for the given ones, all in one transaction:
