@@ -139,13 +139,12 @@ class PgKeywordSearch(PgStoreBase):
         length; document frequencies from the index), for those that pass the filters."""
         # One primary-key probe per (term, candidate): LIMIT 1 keeps each a probe (a plain join
         # lets the planner read the terms' whole posting lists and filter them).
-        sql = """
+        sql = f"""
             WITH q AS (
                 SELECT * FROM unnest(CAST(:terms AS text[]), CAST(:dfs AS float8[])) AS q(term, df)
             )
             SELECT p.chunk_id, p.document_id,
-                   sum(ln(1 + (:n - q.df + 0.5) / (q.df + 0.5))
-                       * p.tf * (:k1 + 1) / (p.tf + :k1 * (1 - :b + :b * p.chunk_length / :avgdl))) AS score
+                   sum({_bm25_term(n=":n", df="q.df", avgdl=":avgdl")}) AS score
             FROM q CROSS JOIN unnest(CAST(:ids AS uuid[])) AS c(chunk_id)
             CROSS JOIN LATERAL (
                 SELECT p.chunk_id, p.document_id, p.tf, p.chunk_length FROM keyword_postings p
@@ -190,8 +189,7 @@ class PgKeywordSearch(PgStoreBase):
                 SELECT term, count(*)::float8 AS df FROM postings GROUP BY term
             )
             SELECT p.chunk_id, p.document_id,
-                   sum(ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))
-                       * p.tf * (:k1 + 1) / (p.tf + :k1 * (1 - :b + :b * p.chunk_length / s.avgdl))) AS score
+                   sum({_bm25_term(n="s.n", df="df.df", avgdl="s.avgdl")}) AS score
             FROM postings p JOIN df ON df.term = p.term CROSS JOIN stats s
             GROUP BY p.chunk_id, p.document_id
         """
@@ -217,6 +215,14 @@ def _known(best: list[tuple[uuid.UUID, tuple[float, uuid.UUID]]]) -> CTE:
         bindparam("scores", [score for _, (score, _) in best]))
     return stmt.columns(column("chunk_id", uuid_type), column("document_id", uuid_type),
                         column("score", Float)).cte("bm25")
+
+
+def _bm25_term(*, n: str, df: str, avgdl: str) -> str:
+    """One posting's BM25 in SQL, shared by the exhaustive scoring and the rescoring so that both
+    compute the same floating-point result: idf = ln(1 + (N - df + 0.5) / (df + 0.5)), tf
+    saturated by k1, length-normalised by b (the posting is ``p``)."""
+    return (f"ln(1 + ({n} - {df} + 0.5) / ({df} + 0.5)) "
+            f"* p.tf * (:k1 + 1) / (p.tf + :k1 * (1 - :b + :b * p.chunk_length / {avgdl}))")
 
 
 def _idf(n: float, df: float) -> float:
