@@ -4,6 +4,7 @@ every committed write, including writes of other connections and transactions th
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -291,3 +292,20 @@ async def test_auto_uses_the_index_only_for_large_collections(database: Database
         assert [h.text for h in hits] == ["gannet", "gannet gull"]
         assert (index.answered, index.fell_back) == (by_index, 0)
         assert any((tmp_path / str(min_chunks)).glob("*/*/state.json")) == bool(by_index)  # noqa: ASYNC240
+
+
+async def test_concurrent_searches_all_use_the_index(database: Database, scifact_rows, embed, tmp_path: Path) -> None:
+    """Searches at once, with and without a change to apply, all use the index (none waits its
+    turn by falling back to SQL, which at a million chunks takes seconds)."""
+    collection, _ = await add_scifact(database, scifact_rows[:100])
+    writer, engine = PgVectorStore(database), engine_store(database, tmp_path)
+    flt = SearchFilter(collection=collection)
+    queries = list(scifact("test").queries.values())[:16]
+    await engine.keyword_search(queries[0], flt, 10)  # built now
+    await asyncio.gather(*[engine.keyword_search(q, flt, 10) for q in queries])
+    doc = DocumentRecord(collection=collection, source_uri="t://new", content_hash="new")
+    await writer.replace_documents([(doc, chunks_for(doc, ["kestrel falcon"], embed))])
+    results = await asyncio.gather(*[engine.keyword_search("kestrel", flt, 10) for _ in range(8)])
+    assert all([h.text for h in hits] == ["kestrel falcon"] for hits in results)
+    index = engine.term_index
+    assert index is not None and (index.answered, index.fell_back) == (1 + 16 + 8, 0)

@@ -19,7 +19,7 @@ proves that nothing outside them can do better, or asks for more.
 
 One process owns a data dir's indexes (an exclusive ``flock`` held for its life): the server,
 normally. Another process on the same data dir (a CLI command while the server runs), a search
-while an index is built or changes are being applied, answers with the SQL scoring instead.
+while an index is built or a long apply runs, answers with the SQL scoring instead.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 FORMAT = 2  # 2: the chunk id in two u64 fast fields (read without fetching stored documents)
 K1, B = 1.2, 0.75  # tantivy's BM25 parameters: its scores bound the SQL scoring's only with these
+APPLY_WAIT_S = 2.0  # how long a search waits for another search's apply before scoring in SQL
 RETRY_AFTER_S = 60.0  # a failed build, or a data dir another process owns, is tried again after this
 _BATCH = 5000
 _WRITER_HEAP = 64_000_000
@@ -139,7 +140,7 @@ class TermIndex:
     async def current(self, collection_id: int, *, wait: bool = False) -> _Collection | None:
         """The collection's index with every committed change applied, or None when the SQL
         scoring must answer: the index is being built (``wait`` builds it now), being updated by
-        another search, too far behind the change log, or owned by another process."""
+        another search for longer than APPLY_WAIT_S, too far behind the change log, or owned by another process."""
         home = await self._home()
         if home is None:
             return None
@@ -158,14 +159,11 @@ class TermIndex:
             entry = self._open.get(collection_id)
             if entry is None:
                 return None
-        if entry.lock.locked():  # another search is applying changes: do not queue behind it
-            return None
         try:
-            async with entry.lock:
-                if await self._catch_up(collection_id, entry):
-                    return entry
-        except (OSError, ValueError) as exc:  # tantivy's writer or the disk failed
-            log.warning("keyword index of collection %s not updated (%s): answering from SQL", collection_id, exc)
+            if await self._catch_up(collection_id, entry):
+                return entry
+        except (OSError, ValueError, TimeoutError) as exc:  # tantivy's writer or the disk failed, or a long apply
+            log.warning("keyword index of collection %s not current (%r): answering from SQL", collection_id, exc)
             return None
         # Behind the pruned log: removed, so this builds a new one (or starts building it).
         return await self.current(collection_id, wait=wait)
@@ -218,7 +216,14 @@ class TermIndex:
             await asyncio.to_thread(shutil.rmtree, entry.path, True)
             return False
         if pending:
-            await self._apply(collection_id, entry)
+            # Searches wait for one apply (usually tens of ms) rather than score in SQL, which at a
+            # million chunks takes seconds; an apply that runs long (a bulk load) sends them to SQL.
+            async with asyncio.timeout(APPLY_WAIT_S):
+                await entry.lock.acquire()
+            try:
+                await self._apply(collection_id, entry)  # applies nothing if another search just did
+            finally:
+                entry.lock.release()
         else:
             # Everything this snapshot shows was applied; what it cannot show yet belongs to
             # transactions at or above its xmin, so the next check may start there.
@@ -239,6 +244,8 @@ class TermIndex:
                     "SELECT seq, xid::text::bigint, chunk_id FROM keyword_changes WHERE collection_id = :c "
                     "AND xid >= CAST(CAST(:applied AS text) AS xid8) AND seq <> ALL(CAST(:seen AS bigint[]))"),
                     {"c": collection_id, "applied": entry.applied_xmin, "seen": sorted(entry.seen)})).all()
+                if not changes:
+                    return
                 ids = sorted({chunk_id for _, _, chunk_id in changes})
                 rows = (await conn.execute(text(
                     f"SELECT c.id, {_LEXEMES} FROM chunks c WHERE c.id = ANY(:ids) "
