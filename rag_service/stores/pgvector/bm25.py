@@ -32,6 +32,10 @@ from rag_service.stores.pgvector.filters import build_filter, check_top_k, web_s
 from rag_service.stores.pgvector.search import base_select, to_hits
 from rag_service.stores.pgvector.term_index import K1, B, Candidates, TermIndex
 
+# N and the average length from the statistics' delta rows: one expression for the exhaustive
+# scoring and the rescoring, whose results must agree to the last bit.
+_STATS = ("greatest(sum(chunk_count), 1)::float8 AS n, "
+          "greatest(sum(total_length)::float8 / greatest(sum(chunk_count), 1), 1) AS avgdl")
 MAX_DEPTH = 4096  # candidates asked of tantivy before the SQL scoring takes over
 _FLOAT32 = 1e-4   # tantivy scores in float32: its bound is loosened by this much (relative)
 
@@ -93,10 +97,8 @@ class PgKeywordSearch(PgStoreBase):
         async with self._db.connect() as conn:
             row = (await conn.execute(text(
                 "SELECT k.id, (SELECT array_agg(DISTINCT lexeme) FROM unnest(to_tsvector(CAST(:config AS regconfig), "
-                ":query))), s.n, s.avgdl FROM collections k CROSS JOIN LATERAL (SELECT "
-                "greatest(sum(chunk_count), 1)::float8 AS n, greatest(sum(total_length)::float8 / "
-                "greatest(sum(chunk_count), 1), 1) AS avgdl FROM keyword_stats WHERE collection_id = k.id) s "
-                "WHERE k.name = :collection"),
+                f":query))), s.n, s.avgdl FROM collections k CROSS JOIN LATERAL (SELECT {_STATS} "
+                "FROM keyword_stats WHERE collection_id = k.id) s WHERE k.name = :collection"),
                 {"config": config, "query": query, "collection": flt.collection})).one_or_none()
         if row is None or not row[1]:
             return None
@@ -179,8 +181,7 @@ class PgKeywordSearch(PgStoreBase):
             WITH q AS (
                 SELECT DISTINCT lexeme AS term FROM unnest(to_tsvector(CAST(:config AS regconfig), :query))
             ), stats AS (
-                SELECT greatest(sum(chunk_count), 1)::float8 AS n,
-                       greatest(sum(total_length)::float8 / greatest(sum(chunk_count), 1), 1) AS avgdl
+                SELECT {_STATS}
                 FROM keyword_stats WHERE collection_id IN ({scope})
             ), postings AS (
                 SELECT p.term, p.chunk_id, p.document_id, p.tf, p.chunk_length

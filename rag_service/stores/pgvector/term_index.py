@@ -56,11 +56,13 @@ _LEXEMES = ("(SELECT coalesce(string_agg(repeat(u.lexeme || ' ', coalesce(array_
             "FROM unnest(c.tsv) u)")
 _LOW_64 = (1 << 64) - 1
 _SNAPSHOT = text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+# The change rows an index has not applied: its collection's, from transactions at or above its
+# last xmin, less those it already applied there.
+_UNSEEN = ("FROM keyword_changes WHERE collection_id = :c AND xid >= CAST(CAST(:applied AS text) AS xid8) "
+           "AND seq <> ALL(CAST(:seen AS bigint[]))")
 _PENDING = text(
     "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, "
-    "(SELECT below::text::bigint FROM keyword_changes_pruned), "
-    "EXISTS (SELECT 1 FROM keyword_changes WHERE collection_id = :c "
-    "AND xid >= CAST(CAST(:applied AS text) AS xid8) AND seq <> ALL(CAST(:seen AS bigint[])))")
+    f"(SELECT below::text::bigint FROM keyword_changes_pruned), EXISTS (SELECT 1 {_UNSEEN})")
 
 
 def _schema() -> tantivy.Schema:
@@ -240,9 +242,7 @@ class TermIndex:
                 # One snapshot for the log and the chunks: what it shows is applied, and every
                 # transaction below its xmin is over, so the next check starts there.
                 xmin = (await conn.execute(_SNAPSHOT)).scalar_one()
-                changes = (await conn.execute(text(
-                    "SELECT seq, xid::text::bigint, chunk_id FROM keyword_changes WHERE collection_id = :c "
-                    "AND xid >= CAST(CAST(:applied AS text) AS xid8) AND seq <> ALL(CAST(:seen AS bigint[]))"),
+                changes = (await conn.execute(text(f"SELECT seq, xid::text::bigint, chunk_id {_UNSEEN}"),
                     {"c": collection_id, "applied": entry.applied_xmin, "seen": sorted(entry.seen)})).all()
                 if not changes:
                     return
