@@ -2,15 +2,20 @@
 
     .venv/bin/python -m benchmarks.scale --sizes 10000,100000 [--json] [--ef 20,40,80,160]
         [--recall-queries 100] [--skip-http] [--build-only] [--keyword-engine tantivy] [--sql-queries 60]
+        [--vectors local|isotropic] [--hnsw-during-load]
 
-Each size gets its own data dir (``.bench-data/scale-N``, its own embedded PostgreSQL), holding one
+Each size gets its own data dir (``.bench-data/scale-N``, or ``scale-N-isotropic`` for the first
+version's vectors; its own embedded PostgreSQL), holding one
 collection ``scifact`` built by ``benchmarks/scale_data.py``: the real SciFact documents (chunks and
 vectors as the service ingested them, read from the SciFact benchmark data dir) plus generated
 documents up to N searchable chunks. A data dir already holding N chunks is reused (remove it to
 build again); one holding fewer resumes the build (its build time is then not reported). For
 each size, over SciFact's 300 test queries (their relevant documents are in every collection):
 
-- build seconds (through the store's bulk write path) and the database's size on disk;
+- build seconds (through the store's bulk write path) and the database's size on disk. A fresh build
+  drops the HNSW index, loads, and builds the index once at the end (in memory, with a parallel
+  worker), as one would for a bulk import; ``--hnsw-during-load`` keeps it and maintains the graph
+  row by row as ingestion does (about 70 minutes instead of 15 for 1,000,000 chunks here);
 - semantic search in the store (HNSW) at several ``ef_search``: p50/p95 and recall@10 against an
   exact scan over the same collection (on the first ``--recall-queries`` queries);
 - keyword (BM25) in the store with ``--keyword-engine`` (the tantivy index is built first, and its
@@ -43,7 +48,7 @@ from sqlalchemy import text
 
 from benchmarks.datasets import BENCH_DATA, ingest_once, open_runtime, scifact
 from benchmarks.ir import latency, quality, ranking
-from benchmarks.scale_data import SEED_COLLECTION, Seed, build, load_seed, read_seed, save_seed
+from benchmarks.scale_data import SEED_COLLECTION, VECTOR_MODES, Seed, build, load_seed, read_seed, save_seed
 from benchmarks.server import serve
 from rag_service.domain import SearchFilter
 from rag_service.stores.pgvector import PgVectorStore
@@ -99,6 +104,40 @@ async def chunk_count(runtime) -> int:  # noqa: ANN001
         return int((await conn.execute(text(
             "SELECT count(*) FROM chunks c JOIN collections k ON k.id = c.collection_id "
             "WHERE k.name = :c AND c.embedding IS NOT NULL"), {"c": COLLECTION})).scalar_one())
+
+
+HNSW_INDEX = "ix_chunks_embedding_hnsw"
+
+
+async def drop_hnsw(runtime, data_dir: Path) -> None:  # noqa: ANN001
+    """Drop the HNSW index for a bulk load, keeping its definition (migration 0001's) beside the
+    data so that ``ensure_hnsw`` rebuilds the same index, also after a build cut short."""
+    async with runtime.db.engine.begin() as conn:
+        definition = (await conn.execute(text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"),
+                                         {"n": HNSW_INDEX})).scalar_one_or_none()
+        if definition is None:
+            return
+        (data_dir / "hnsw-index.sql").write_text(definition)
+        await conn.execute(text(f"DROP INDEX {HNSW_INDEX}"))
+
+
+async def ensure_hnsw(runtime, data_dir: Path) -> float | None:  # noqa: ANN001
+    """Build the HNSW index if a bulk load dropped it; seconds taken, or None when it was there."""
+    saved = data_dir / "hnsw-index.sql"
+    async with runtime.db.engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        present = (await conn.execute(text("SELECT 1 FROM pg_indexes WHERE indexname = :n"),
+                                      {"n": HNSW_INDEX})).scalar_one_or_none()
+        if present or not saved.exists():
+            return None
+        log(f"building the HNSW index: {saved.read_text()}")
+        started = time.perf_counter()
+        # pgvector builds the graph in memory when it fits (about 2 GB for 1,000,000 x 384), else
+        # on disk and far slower; one parallel worker beside the leader uses both cores.
+        await conn.execute(text("SET maintenance_work_mem = '4GB'"))
+        await conn.execute(text("SET max_parallel_maintenance_workers = 1"))
+        await conn.execute(text(saved.read_text()))
+        return time.perf_counter() - started
 
 
 async def maintenance(runtime) -> float:  # noqa: ANN001
@@ -228,7 +267,7 @@ async def _qps(base: str, path: str, bodies: list[dict], concurrency: int = 16) 
 
 def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
     """One size: build (or resume) its collection and measure it; {} with --build-only."""
-    data_dir = BENCH_DATA / f"scale-{size}"
+    data_dir = BENCH_DATA / (f"scale-{size}" if args.vectors == "local" else f"scale-{size}-{args.vectors}")
     dataset = scifact("test")
     queries = list(dataset.queries.values())
     calibration_texts = [c.text for c in the_seed.leaves[:256]]
@@ -242,11 +281,16 @@ def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
             if held < max(size, the_seed.chunk_count):
                 present = await source_uris(runtime)
                 log(f"building {size:,} chunks in {data_dir}" + (f" (resuming: {held:,} there)" if held else ""))
-                seconds = round(await build(runtime.store, the_seed, COLLECTION, size, present=present,
-                                            progress=lambda n: log(f"  {n:,} / {size:,} chunks")), 1)
+                if not held and not args.hnsw_during_load:
+                    await drop_hnsw(runtime, data_dir)
+                seconds = await build(runtime.store, the_seed, COLLECTION, size, present=present,
+                                      vectors=args.vectors, progress=lambda n: log(f"  {n:,} / {size:,} chunks"))
+                seconds = round(seconds + (await ensure_hnsw(runtime, data_dir) or 0.0), 1)
                 # A resumed build's time covers only its own part: not reported as the build time.
                 build_s = None if held else seconds
-            elif held > max(size, the_seed.chunk_count):
+            elif await ensure_hnsw(runtime, data_dir) is not None:  # a bulk load cut short before its index
+                log("  rebuilt the HNSW index a bulk load had dropped")
+            if held > max(size, the_seed.chunk_count):
                 raise SystemExit(f"{data_dir} holds {held:,} chunks, more than {size:,}: remove it to build again")
             if args.build_only:
                 took = f", built in {seconds} s" if seconds is not None else ""
@@ -276,7 +320,7 @@ def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
     semantic = result["semantic"].get(args.default_ef) or next(iter(result["semantic"].values()))
     return {
         "chunks": result["chunks"], "build_s": result["build_s"], "disk_mb": result["disk_mb"],
-        "keyword_engine": args.keyword_engine,
+        "keyword_engine": args.keyword_engine, "vectors": args.vectors, "ef_search": args.default_ef,
         "semantic_p95_ms": semantic["p95_ms"], "semantic_recall_at_10": semantic["recall_at_10"],
         "keyword_p95_ms": result["keyword"]["p95_ms"], "keyword_common_p95_ms": result["keyword_common"]["p95_ms"],
         "hybrid_p95_ms": http.get("search", {}).get("p95_ms"), "query_p95_ms": http.get("query", {}).get("p95_ms"),
@@ -319,6 +363,11 @@ def main() -> None:
                              "(RAGSVC_KEYWORD_ENGINE)")
     parser.add_argument("--sql-queries", type=int, default=60,
                         help="with --keyword-engine tantivy: queries timed with the SQL scoring beside it")
+    parser.add_argument("--vectors", choices=VECTOR_MODES, default="local",
+                        help="how generated vectors sit around their real topic (benchmarks/scale_data.py)")
+    parser.add_argument("--hnsw-during-load", action="store_true",
+                        help="keep the HNSW index during a fresh build (maintained row by row) instead of "
+                             "building it once after the load")
     args = parser.parse_args()
     args.ef = [int(x) for x in args.ef.split(",")]
     the_seed = seed()
