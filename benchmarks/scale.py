@@ -193,6 +193,45 @@ async def keyword_engine_figures(runtime, queries: list[str], sql_queries: int) 
     return {"index_build_or_load_s": build_s, "sql": {**latency(sql_ms), "queries": len(sql_ms)}}
 
 
+FILTER_SHARES = {"b1000": 0.001, "b100": 0.01, "b10": 0.1, "b2": 0.5}  # metadata key -> share it keeps
+
+
+async def label_buckets(runtime) -> None:  # noqa: ANN001
+    """Give every document of the collection the metadata keys ``b1000``/``b100``/``b10``/``b2``
+    (a stable hash of its source URI modulo 1000/100/10/2), so that ``{"b100": 0}`` keeps about 1%
+    of the chunks; done once per data dir."""
+    buckets = ", ".join(f"'{key}', abs(hashtext(source_uri)) % {round(1 / share)}"
+                        for key, share in FILTER_SHARES.items())
+    async with runtime.db.engine.begin() as conn:
+        updated = await conn.execute(text(
+            f"UPDATE documents SET metadata = metadata || jsonb_build_object({buckets}) "
+            "WHERE collection_id = (SELECT id FROM collections WHERE name = :c) AND NOT metadata ? 'b2'"),
+            {"c": COLLECTION})
+    if updated.rowcount:
+        async with runtime.db.engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await conn.execute(text("VACUUM ANALYZE documents"))
+
+
+async def filtered_figures(runtime, vectors: np.ndarray) -> dict:  # noqa: ANN001
+    """Semantic top 10 under metadata filters keeping 0.1% to 50% of the chunks: p50/p95, recall@10
+    against an exact scan under the same filter, and the share of queries given all 10."""
+    await label_buckets(runtime)
+    store = runtime.store
+    out = {}
+    for key, share in FILTER_SHARES.items():
+        flt = SearchFilter(collection=COLLECTION, metadata_equals={key: 0})
+        truth = [{h.chunk_id for h in await store.vector_search(v, flt, 10, exact=True)} for v in vectors]
+        await store.vector_search(vectors[0], flt, 10)  # warm
+        ms, hits = await timed([lambda v=v, f=flt: store.vector_search(v, f, 10) for v in vectors])
+        recall = np.mean([len({h.chunk_id for h in got} & want) / max(1, len(want))
+                          for got, want in zip(hits, truth, strict=True)])
+        out[str(share)] = {**latency(ms), "recall_at_10": round(float(recall), 4),
+                           "filled": round(float(np.mean([len(h) >= min(10, len(t)) for h, t in
+                                                          zip(hits, truth, strict=True)])), 4)}
+    return out
+
+
 async def store_figures(runtime, queries: list[str], efs: list[int], recall_queries: int,  # noqa: ANN001
                         sql_queries: int = 60) -> dict:
     flt = SearchFilter(collection=COLLECTION)
@@ -209,6 +248,7 @@ async def store_figures(runtime, queries: list[str], efs: list[int], recall_quer
         recall = np.mean([len({h.chunk_id for h in got} & want) / max(1, len(want))
                           for got, want in zip(hits, truth, strict=False)])
         semantic[ef] = {**latency(ms), "recall_at_10": round(float(recall), 4)}
+    filtered = await filtered_figures(runtime, vectors[:recall_queries])
     common = await common_queries(runtime, queries)
     engine = await keyword_engine_figures(runtime, queries, sql_queries)
     await runtime.store.keyword_search(queries[0], flt, 10)  # warm
@@ -217,7 +257,7 @@ async def store_figures(runtime, queries: list[str], efs: list[int], recall_quer
     index = runtime.store.term_index
     if index is not None:
         engine["answered_by_index"], engine["answered_by_sql"] = index.answered, index.fell_back
-    return {"semantic": semantic, "keyword": latency(keyword_ms),
+    return {"semantic": semantic, "semantic_filtered": filtered, "keyword": latency(keyword_ms),
             "keyword_common": {**latency(common_ms), "queries": len(common)}, "keyword_engine": engine}
 
 
@@ -327,6 +367,7 @@ def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
         "query_qps_16": http.get("query", {}).get("qps_16"), "ndcg_at_10": http.get("ndcg@10"),
         "calibration_chunks_per_s": round((result["calibration_before"] + result["calibration_after"]) / 2, 1),
         "detail": {"semantic_by_ef_search": {str(k): v for k, v in result["semantic"].items()},
+                   "semantic_filtered_by_share": result["semantic_filtered"],
                    "semantic_ef_search": default_ef, "keyword": result["keyword"],
                    "keyword_common": result["keyword_common"], "keyword_engine": result["keyword_engine"],
                    "http": http,

@@ -226,6 +226,53 @@ async def test_selective_filter_falls_back_to_exact_search(databases) -> None:
         await db.dispose()
 
 
+def test_widened_ef_search_follows_the_share_the_filter_kept() -> None:
+    from rag_service.stores.pgvector.search import HNSW_MAX_EF_SEARCH, widened_ef_search
+
+    assert widened_ef_search(40, 4, 10) == 150      # kept 10%: 1.5 x 10 / 0.1
+    assert widened_ef_search(100, 50, 100) == 300   # kept half: three times as deep
+    assert widened_ef_search(40, 0, 10) is None     # under 1/40 of the rows: scan them exactly
+    assert widened_ef_search(40, 10, 10) is None    # nothing missing
+    assert widened_ef_search(40, 1, 100) is None    # past pgvector's bound: exact
+    assert widened_ef_search(HNSW_MAX_EF_SEARCH, 500, 1000) is None  # cannot go wider
+
+
+async def test_a_filter_keeping_a_quarter_widens_the_index_scan(databases) -> None:
+    """Before pgvector 0.8, a filter keeping a quarter of the rows leaves about a quarter of the
+    index's candidates: the store asks the index again, deeper, instead of scanning exactly."""
+    from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+
+    url = databases.create()
+    engine = create_async_engine(url, connect_args={"options": "-c enable_seqscan=off -c enable_bitmapscan=off"})
+    db = Database(url=url, engine=engine, sessions=async_sessionmaker(engine))
+    store = PgVectorStore(db, ef_search=10)
+    try:
+        rng = np.random.default_rng(5)
+        vectors = _random_unit_vectors(rng, 2000)
+        tagged: set[uuid.UUID] = set()
+        for d in range(8):
+            doc = await store.upsert_document(DocumentRecord(
+                collection="c", source_uri=f"test://{d}", content_hash=str(d), tags=("some",) if d < 2 else ()))
+            ids = [uuid.uuid4() for _ in range(250)]
+            await store.upsert_chunks([
+                ChunkRecord(id=cid, document_id=doc, ordinal=i, text=f"{d}-{i}", start_char=0, end_char=3,
+                            token_count=1, content_hash=f"{d}-{i}", embedding=vectors[d * 250 + i].tolist())
+                for i, cid in enumerate(ids)])
+            if d < 2:
+                tagged.update(ids)
+        async with db.engine.begin() as conn:
+            await conn.execute(text("DROP INDEX ix_chunks_document_ordinal; DROP INDEX ix_documents_tags"))
+        flt = SearchFilter(tags_any=("some",))
+        assert "ix_chunks_embedding_hnsw" in await store.explain(store.vector_query(vectors[7].tolist(), flt, 8, 384))
+
+        hits = await store.vector_search(vectors[7].tolist(), flt, 8)  # a tagged chunk's own vector
+        assert store.vector_widened == 1
+        assert len(hits) == 8 and {h.chunk_id for h in hits} <= tagged
+        assert hits[0].text == "0-7"
+    finally:
+        await db.dispose()
+
+
 async def test_each_new_connection_gets_pgvector_types_without_new_classes(database: Database) -> None:
     """pgvector's own registration makes new dumper classes for every connection, and psycopg keeps
     every dumper class it is given for the life of the process: with the pool opening and closing

@@ -123,6 +123,10 @@ class PgStoreBase:
         self._term_index = term_index  # tantivy beside PostgreSQL for BM25 top k (None: SQL only)
         self._schema: SchemaInfo | None = None
         self._vector_registered: weakref.WeakSet[Any] = weakref.WeakSet()
+        # How filtered nearest-neighbour searches were answered when HNSW alone fell short of
+        # top_k: by a second index scan with a wider ef_search, or by an exact scan.
+        self.vector_widened = 0
+        self.vector_exact_fallbacks = 0
 
     @property
     def term_index(self) -> TermIndex | None:

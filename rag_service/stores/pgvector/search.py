@@ -7,6 +7,7 @@ filter, the ACL check included, is part of the WHERE clause.
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +25,24 @@ from rag_service.stores.base import PatternMode, RecencyOrder
 from rag_service.stores.patterns import escape_like, validate_pattern
 from rag_service.stores.pgvector.connection import PgStoreBase
 from rag_service.stores.pgvector.filters import build_filter, check_top_k
+
+HNSW_MAX_EF_SEARCH = 1000  # pgvector's upper bound for hnsw.ef_search
+WIDEN_MARGIN = 1.5  # read this many times the candidates the filter's observed share implies
+
+
+def widened_ef_search(ef_search: int, kept: int, top_k: int) -> int | None:
+    """The ``ef_search`` for a second HNSW scan after a filter kept ``kept`` of ``ef_search``
+    candidates (fewer than ``top_k``), or None when an exact scan is the better second step.
+
+    Before pgvector 0.8 the index hands over ef_search candidates and the filter applies after,
+    so a filter keeping a share s of the rows leaves about s * ef_search. The observed share
+    predicts the ef_search that leaves top_k. When the filter kept none, it keeps under
+    1/ef_search of the rows, few enough to scan exactly; when the prediction passes pgvector's
+    bound, too."""
+    if kept <= 0 or kept >= top_k:
+        return None
+    wanted = math.ceil(WIDEN_MARGIN * top_k * ef_search / kept)
+    return wanted if ef_search < wanted <= HNSW_MAX_EF_SEARCH else None
 
 
 def base_select(score: ColumnElement[Any]) -> Select[Any]:
@@ -76,13 +95,21 @@ class PgSearches(PgStoreBase):
     ) -> list[SearchHit]:
         schema = await self.schema()
         stmt = self.vector_query(embedding, flt, top_k, schema.embedding_dimension)
+        ef_search = max(self._ef_search, top_k)
         async with self._db.connect() as conn:
-            await conn.execute(text(f"SET LOCAL hnsw.ef_search = {max(self._ef_search, top_k)}"))
+            await conn.execute(text(f"SET LOCAL hnsw.ef_search = {ef_search}"))
             if schema.iterative_scans:
                 # pgvector 0.8 keeps scanning the graph until the filters have let top_k through.
                 await conn.execute(text("SET LOCAL hnsw.iterative_scan = strict_order"))
             rows = [] if exact else (await conn.execute(stmt)).all()
+            wider = None if exact or schema.iterative_scans else widened_ef_search(ef_search, len(rows), top_k)
+            if wider is not None:
+                # Older pgvector: what iterative scans would do, in one step sized by the filter.
+                self.vector_widened += 1
+                await conn.execute(text(f"SET LOCAL hnsw.ef_search = {wider}"))
+                rows = (await conn.execute(stmt)).all()
             if len(rows) < top_k:
+                self.vector_exact_fallbacks += not exact
                 # HNSW applies filters after the index scan, so a selective filter (or ACL) can
                 # starve the result (before pgvector 0.8, or past its scan limit). Re-run exactly:
                 # ordering by an expression the index cannot serve makes PostgreSQL scan only the
