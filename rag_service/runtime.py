@@ -14,8 +14,6 @@ import uuid
 from dataclasses import dataclass
 from functools import cached_property
 
-from pydantic import BaseModel
-
 from evaluation.jobs import consumer as eval_consumer
 from evaluation.jobs import enqueue_run
 from evaluation.metrics import AnswerMetrics
@@ -36,9 +34,9 @@ from rag_service.db.repos.prompts import PromptRepository
 from rag_service.db.repos.reviews import ReviewRepository
 from rag_service.db.repos.server import ServerInfoRepository
 from rag_service.db.repos.traces import TraceRepository
-from rag_service.domain import StoreCounts
 from rag_service.domain.costs import Prices
 from rag_service.domain.prompts import PRODUCTION
+from rag_service.domain.status import DatabaseStatus, EmbeddingStatus, ServiceStatus
 from rag_service.errors import RagServiceError, SchemaMismatchError
 from rag_service.learning.optimizer import PROMPT_NAME as OPTIMIZER_PROMPT
 from rag_service.learning.optimizer import rewriter
@@ -69,36 +67,8 @@ from rag_service.review.service import ReviewService
 from rag_service.scoring.judge import PROMPT_NAME as JUDGE_PROMPT
 from rag_service.scoring.ragas_scores import RagasConfig
 from rag_service.stores.pgvector import PgVectorStore
-from rag_service.stores.pgvector.term_index import TermIndex
 
 log = logging.getLogger(__name__)
-
-
-class DatabaseStatus(BaseModel):
-    url: str
-    embedded: bool
-    server_version: str
-    pgvector_version: str | None
-    schema_revision: str | None
-    schema_head: str | None
-    text_search_config: str | None
-    pg_trgm: bool | None
-
-
-class EmbeddingStatus(BaseModel):
-    provider: str
-    model: str
-    dimension: int
-    stored_dimension: int | None
-
-
-class ServiceStatus(BaseModel):
-    """What `ragsvc status` shows."""
-
-    version: str
-    database: DatabaseStatus
-    embedding: EmbeddingStatus
-    counts: StoreCounts | None
 
 
 def database_url(settings: Settings) -> str:
@@ -123,12 +93,8 @@ class Runtime:
     def open(cls, settings: Settings) -> Runtime:
         """Connect (starting the embedded server if needed). Synchronous: call off the event loop."""
         db = Database.from_settings(settings, url=database_url(settings))
-        term_index = None if settings.keyword_engine == "postgres" else TermIndex(
-            db, settings.data_dir / "keyword-index",
-            min_chunks=settings.keyword_index_min_chunks if settings.keyword_engine == "auto" else 0)
-        store = PgVectorStore(db, ef_search=settings.hnsw_ef_search, pattern_timeout_ms=settings.pattern_timeout_ms,
-                              term_index=term_index)
-        return cls(settings=settings, db=db, store=store, embedder=make_embedder(settings))
+        return cls(settings=settings, db=db, store=PgVectorStore.from_settings(db, settings),
+                   embedder=make_embedder(settings))
 
     @cached_property
     def catalog(self) -> DocumentCatalog:
