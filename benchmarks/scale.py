@@ -134,6 +134,7 @@ async def ensure_hnsw(runtime, data_dir: Path) -> float | None:  # noqa: ANN001
         started = time.perf_counter()
         # pgvector builds the graph in memory when it fits (about 2 GB for 1,000,000 x 384), else
         # on disk and far slower; one parallel worker beside the leader uses both cores.
+        await conn.execute(text("SET statement_timeout = 0"))  # the service's bound is for queries
         await conn.execute(text("SET maintenance_work_mem = '4GB'"))
         await conn.execute(text("SET max_parallel_maintenance_workers = 1"))
         await conn.execute(text(saved.read_text()))
