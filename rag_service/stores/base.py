@@ -14,7 +14,7 @@ inside the store, never after it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -70,6 +70,16 @@ class KeywordSearch(Protocol):
     ) -> list[SearchHit]:
         """Okapi BM25 over the query's terms (any term may match); quoted phrases and -exclusions
         in the query restrict the matches as in ``text_search``."""
+        ...
+
+
+@runtime_checkable
+class KeywordQueryKeys(Protocol):
+    """What decides a BM25 query's results besides the filter and k: two texts with equal keys
+    get the same ``keyword_search`` results (the retriever then runs only one of them)."""
+
+    async def keyword_query_keys(self, texts: Sequence[str]) -> list[Hashable]:
+        """One key per text, in order."""
         ...
 
 

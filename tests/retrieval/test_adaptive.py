@@ -50,3 +50,6 @@ def test_actions_in_order_and_each_once() -> None:
     assert order == ["relax_filters", "decompose", "rewrite", "widen"]
     enough = LoopState(results=10, top_k=10, filter_relaxable=True, subqueries=(), variants=(), tried=frozenset())
     assert next_action(enough)[0] == "widen"  # enough results: filters stay
+    full = LoopState(results=200, top_k=10, filter_relaxable=False, subqueries=(), variants=(), tried=frozenset(),
+                     pool_full=True)
+    assert next_action(full) is None  # a deeper search could not reach what the reranker sees

@@ -19,6 +19,7 @@ from rag_service.pipeline.retrieval.strategies import (
     PatternStrategy,
     RetrievalStrategy,
     StrategyContext,
+    StrategyQuery,
     build_strategies,
 )
 from rag_service.providers.rerankers import CohereReranker, LocalReranker
@@ -283,3 +284,38 @@ async def test_a_failing_pattern_degrades_instead_of_failing_the_search(store: P
     assert keys(result, corpus)[0] == "bread"
     pattern = next(r for r in result.iterations[0].strategies if r.strategy == "pattern")
     assert "took longer" in pattern.error
+
+
+class KeywordWithoutKeys:
+    """The keyword strategy without ``query_keys``: every query is searched."""
+
+    name, needs_embedding = "keyword", False
+
+    def __init__(self, inner: RetrievalStrategy) -> None:
+        self._inner = inner
+
+    async def search(self, query: StrategyQuery) -> list[SearchHit]:
+        return await self._inner.search(query)
+
+
+async def test_a_rewrite_with_the_same_terms_reuses_the_keyword_results(store, local_embedder, corpus) -> None:
+    """"What limits PostgreSQL connections?" and its rule-based rewrite "limits PostgreSQL
+    connections" have the same BM25 terms ("what" is a stopword): the rewrite pass reuses the
+    question's keyword list, and the results are what searching again would have given."""
+    config = RetrievalConfig(min_confidence=1.0, max_iterations=2, time_budget_ms=20_000)
+    request = RetrievalRequest(query="What limits PostgreSQL connections?", filter=SearchFilter(collection=COLLECTION))
+    strategies = strategies_for(store)
+    reusing = await Retriever(store, local_embedder, strategies, None, config).retrieve(request)
+    searching = await Retriever(store, local_embedder, {**strategies, "keyword": KeywordWithoutKeys(
+        strategies["keyword"])}, None, config).retrieve(request)
+
+    rewrite = reusing.iterations[1]
+    assert rewrite.action == "rewrite" and "limits PostgreSQL connections" in rewrite.queries
+    keyword = next(r for r in rewrite.strategies
+                   if r.strategy == "keyword" and r.query == "limits PostgreSQL connections")
+    assert keyword.detail == {"same_results_as": "What limits PostgreSQL connections?"} and keyword.hits > 0
+    again = next(r for r in searching.iterations[1].strategies
+                 if r.strategy == "keyword" and r.query == "limits PostgreSQL connections")
+    assert "same_results_as" not in again.detail and again.hits == keyword.hits
+    assert [(c.hit.chunk_id, c.fused_score) for c in reusing.candidates] == \
+        [(c.hit.chunk_id, c.fused_score) for c in searching.candidates]

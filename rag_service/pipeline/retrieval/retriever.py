@@ -122,6 +122,8 @@ class Retriever:
         subqueries = tuple(split_subqueries(request.query))
         variants = tuple(query_variants(request.query))
         budget_s = cfg.time_budget_ms / 1000
+        reranking = (cfg.rerank if request.rerank is None else request.rerank) and self._reranker is not None
+        pool = cfg.rerank_top_n if reranking else request.top_k  # what the final ranking draws from
 
         def remaining() -> float:
             return budget_s - (time.perf_counter() - started)
@@ -135,7 +137,8 @@ class Retriever:
             relaxable = relaxed(flt) is not None and (
                 policy == "when_few" or (policy == "when_empty" and not candidates))
             step = next_action(LoopState(len(candidates), request.top_k, relaxable, subqueries,
-                                         variants, frozenset(tried), can_expand=self._expander is not None))
+                                         variants, frozenset(tried), can_expand=self._expander is not None,
+                                         pool_full=len(candidates) >= pool))
             if step is None:
                 break
             action, thought = step

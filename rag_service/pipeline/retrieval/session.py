@@ -1,12 +1,16 @@
 """One retrieve() call's searches: embed each query once, run the strategies concurrently, record
-what each did, and fall back from semantic to keyword search when the semantic leg fails."""
+what each did, and fall back from semantic to keyword search when the semantic leg fails.
+
+A later pass does not search again for what an earlier one already has: a rewritten query whose
+BM25 terms are the question's own (two in three of the rule-based rewrites on SciFact: the
+dropped words are stopwords to PostgreSQL too) reuses the question's keyword results."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -36,6 +40,7 @@ class SearchSession:
         self.reports: list[StrategyReport] = []
         self.embed_error: str | None = None
         self.failures: list[Exception] = []
+        self._hits: dict[tuple[str, str, str, int], list[SearchHit]] = {}  # (strategy, text, filter, depth)
 
     async def _embed(self, queries: Sequence[str]) -> None:
         todo = [q for q in dict.fromkeys(queries) if q not in self.embeddings]
@@ -56,7 +61,10 @@ class SearchSession:
         if any(s.needs_embedding for s in strategies):
             await self._embed(queries)
         jobs = [(s, q) for q in queries for s in strategies]
-        results = await asyncio.gather(*[self._run(s, q, flt, depth) for s, q in jobs])
+        same = await self._same_results(strategies, queries, flt, depth)
+        results = await asyncio.gather(*[
+            self._reuse(s, q, flt, depth, same[(s.name, q)]) if (s.name, q) in same else self._run(s, q, flt, depth)
+            for s, q in jobs])
         lists = [RankedList(s.name, hits, weight_factor) for (s, _), hits in zip(jobs, results, strict=True)
                  if hits is not None]
         failed = {s.name for (s, _), hits in zip(jobs, results, strict=True) if hits is None}
@@ -73,6 +81,45 @@ class SearchSession:
             errors = "; ".join(f"{r.strategy}: {r.error}" for r in self.reports if r.error)
             raise RetrievalUnavailableError(f"every retrieval strategy failed ({errors})", stage="retrieval")
         return lists
+
+    async def _same_results(self, strategies: Sequence[RetrievalStrategy], queries: Sequence[str],
+                            flt: SearchFilter, depth: int) -> dict[tuple[str, str], str]:
+        """(strategy, query) -> an earlier query of this session whose results it would repeat, for
+        strategies that can tell (``query_keys``); one round trip per such strategy, and only once
+        something was searched before."""
+        scope = flt.model_dump_json()
+        same: dict[tuple[str, str], str] = {}
+        for strategy in strategies:
+            keys_of = getattr(strategy, "query_keys", None)
+            earlier = [t for (name, t, f, d) in self._hits if (name, f, d) == (strategy.name, scope, depth)]
+            new = [q for q in dict.fromkeys(queries) if q not in earlier]
+            same.update({(strategy.name, q): q for q in queries if q in earlier})
+            if keys_of is None or not earlier or not new:
+                continue
+            try:
+                keys = await keys_of(earlier + new)
+            except Exception as exc:  # only a saving: without keys every query is searched
+                log.warning("strategy %s could not compare queries: %s", strategy.name, exc)
+                continue
+            if keys is None:
+                continue
+            first: dict[Hashable, str] = {}
+            for text, key in zip(earlier, keys, strict=False):
+                first.setdefault(key, text)
+            for text, key in zip(new, keys[len(earlier):], strict=True):
+                if key in first:
+                    same[(strategy.name, text)] = first[key]
+        return same
+
+    def _reuse(self, strategy: RetrievalStrategy, text: str, flt: SearchFilter, depth: int,
+               source: str) -> Awaitable[list[SearchHit]]:
+        hits = self._hits[(strategy.name, source, flt.model_dump_json(), depth)]
+        self.ran.add(strategy.name)
+        self.reports.append(StrategyReport(strategy=strategy.name, query=text, hits=len(hits), elapsed_ms=0.0,
+                                           detail={"same_results_as": source}))
+        future: asyncio.Future[list[SearchHit]] = asyncio.get_running_loop().create_future()
+        future.set_result(hits)
+        return future
 
     async def _run(self, strategy: RetrievalStrategy, text: str, flt: SearchFilter, depth: int,
                    fallback: bool = False) -> list[SearchHit] | None:
@@ -97,6 +144,8 @@ class SearchSession:
                 log.warning("strategy %s failed: %s", strategy.name, error)
         if hits is not None:
             self.ran.add(strategy.name)
+            if not fallback:
+                self._hits[(strategy.name, text, flt.model_dump_json(), depth)] = hits
         self.reports.append(StrategyReport(
             strategy=strategy.name, query=text, hits=len(hits or []), error=error, detail=query.detail,
             elapsed_ms=(time.perf_counter() - started) * 1000,

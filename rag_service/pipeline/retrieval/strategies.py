@@ -11,7 +11,7 @@ retriever records while the other strategies go on: the pipeline degrades, it do
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeVar, runtime_checkable
 
@@ -22,7 +22,7 @@ from rag_service.domain import SearchFilter, SearchHit
 from rag_service.domain.strategies import add_strategy_name, remove_strategy_name, strategy_names
 from rag_service.errors import InvalidInputError, MissingCapabilityError, RagServiceError
 from rag_service.pipeline.retrieval.query_analysis import PatternSpec, extract_patterns
-from rag_service.stores.base import KeywordSearch, MetadataSearch, PatternSearch, VectorStore
+from rag_service.stores.base import KeywordQueryKeys, KeywordSearch, MetadataSearch, PatternSearch, VectorStore
 
 Capability = TypeVar("Capability")
 ChunkCounter = Callable[[str | None], Awaitable[int]]
@@ -111,6 +111,12 @@ class KeywordStrategy:
         if self._scoring == "bm25":
             return await store.keyword_search(query.text, query.filter, query.top_k, k1=self._k1, b=self._b)
         return await store.text_search(query.text, query.filter, query.top_k)
+
+    async def query_keys(self, texts: Sequence[str]) -> list[Hashable] | None:
+        """Keys under which two texts get the same results (BM25 on a store that can tell), else None."""
+        if self._scoring != "bm25" or not isinstance(self._store, KeywordQueryKeys):
+            return None
+        return await self._store.keyword_query_keys(texts)
 
 
 class MetadataStrategy:

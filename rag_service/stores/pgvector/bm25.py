@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import math
 import uuid
+from collections.abc import Hashable, Sequence
 
 from sqlalchemy import CTE, Float, bindparam, cast, column, func, literal, select, text
 from sqlalchemy.dialects.postgresql import REGCONFIG
@@ -62,6 +63,18 @@ class PgKeywordSearch(PgStoreBase):
                 return hits
         return await self._top(self._bm25_scores(query, config, flt.collection, k1, b), flt, top_k, config,
                                restriction)
+
+    async def keyword_query_keys(self, texts: Sequence[str]) -> list[Hashable]:
+        """Each text's distinct lexemes (what BM25 scores) and its phrase/exclusion restriction,
+        in one round trip."""
+        cleaned = [t.replace("\x00", "") for t in texts]
+        config = (await self.schema()).text_search_config
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(text(
+                "SELECT array(SELECT DISTINCT lexeme FROM unnest(to_tsvector(CAST(:config AS regconfig), x.t)) "
+                "ORDER BY 1) FROM unnest(CAST(:texts AS text[])) WITH ORDINALITY AS x(t, i) ORDER BY x.i"),
+                {"config": config, "texts": cleaned})).all()
+        return [(tuple(r[0]), web_search_restriction(t)) for r, t in zip(rows, cleaned, strict=True)]
 
     async def _top(self, scored: CTE, flt: SearchFilter, top_k: int, config: str,
                    restriction: str | None) -> list[SearchHit]:
