@@ -1,6 +1,6 @@
 """How search, hybrid query and ingestion costs grow with a collection's size (issue 15).
 
-    .venv/bin/python -m benchmarks.scale --sizes 10000,100000 [--json] [--ef 20,40,80,160]
+    .venv/bin/python -m benchmarks.scale --sizes 10000,100000 [--json] [--ef 40,100,200,400]
         [--recall-queries 100] [--skip-http] [--build-only] [--keyword-engine tantivy] [--sql-queries 60]
         [--vectors local|isotropic] [--hnsw-during-load]
 
@@ -50,6 +50,7 @@ from benchmarks.datasets import BENCH_DATA, ingest_once, open_runtime, scifact
 from benchmarks.ir import latency, quality, ranking
 from benchmarks.scale_data import SEED_COLLECTION, VECTOR_MODES, Seed, build, load_seed, read_seed, save_seed
 from benchmarks.server import serve
+from rag_service.config import load_settings
 from rag_service.domain import SearchFilter
 from rag_service.stores.pgvector import PgVectorStore
 
@@ -329,8 +330,8 @@ def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
                 seconds = round(seconds + (await ensure_hnsw(runtime, data_dir) or 0.0), 1)
                 # A resumed build's time covers only its own part: not reported as the build time.
                 build_s = None if held else seconds
-            elif await ensure_hnsw(runtime, data_dir) is not None:  # a bulk load cut short before its index
-                log("  rebuilt the HNSW index a bulk load had dropped")
+            elif (took := await ensure_hnsw(runtime, data_dir)) is not None:  # a bulk load cut short before it
+                log(f"  rebuilt the HNSW index a bulk load had dropped in {took:.0f} s")
             if held > max(size, the_seed.chunk_count):
                 raise SystemExit(f"{data_dir} holds {held:,} chunks, more than {size:,}: remove it to build again")
             if args.build_only:
@@ -393,8 +394,9 @@ def table(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000,100000", help="comma-separated chunk counts")
-    parser.add_argument("--ef", default="20,40,80,160", help="hnsw.ef_search values to measure")
-    parser.add_argument("--default-ef", type=int, default=40, help="the ef_search the headline figures use")
+    parser.add_argument("--ef", default="40,100,200,400", help="hnsw.ef_search values to measure")
+    parser.add_argument("--default-ef", type=int, default=load_settings().hnsw_ef_search,
+                        help="the ef_search the headline figures use (default: the service's, RAGSVC_HNSW_EF_SEARCH)")
     parser.add_argument("--recall-queries", type=int, default=100, help="queries with an exact scan for recall")
     parser.add_argument("--skip-http", action="store_true", help="store-level figures only")
     parser.add_argument("--build-only", action="store_true",
