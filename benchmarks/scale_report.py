@@ -36,6 +36,30 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def curves(results: list[dict]) -> str:
+    """HNSW's recall@10 and p95 by ef_search, and semantic top 10 under filters by the share they keep."""
+    out = []
+    efs = sorted({int(ef) for r in results for ef in r["detail"]["semantic_by_ef_search"]})
+    out.append("| chunks | " + " | ".join(f"ef {ef}" for ef in efs) + " |")
+    out.append("|---:" + "|---" * len(efs) + "|")
+    for r in results:
+        by_ef = r["detail"]["semantic_by_ef_search"]
+        cells = [f"{by_ef[str(ef)]['recall_at_10']}, {by_ef[str(ef)]['p95_ms']} ms" if str(ef) in by_ef else ""
+                 for ef in efs]
+        out.append(f"| {r['chunks']:,} | " + " | ".join(cells) + " |")
+    filtered = [r for r in results if r["detail"].get("semantic_filtered_by_share")]
+    if filtered:
+        shares = list(filtered[0]["detail"]["semantic_filtered_by_share"])
+        out += ["", "| chunks | " + " | ".join(f"filter keeps {float(s):.1%}" for s in shares) + " |",
+                "|---:" + "|---" * len(shares) + "|"]
+        for r in filtered:
+            by_share = r["detail"]["semantic_filtered_by_share"]
+            out.append(f"| {r['chunks']:,} | " + " | ".join(
+                f"p95 {by_share[s]['p95_ms']} ms, recall {by_share[s]['recall_at_10']}, full {by_share[s]['filled']}"
+                for s in shares) + " |")
+    return "\n".join(out)
+
+
 def plot(results: list[dict], target: Path) -> None:
     import matplotlib
 
@@ -66,6 +90,8 @@ def main() -> None:
     args = parser.parse_args()
     results = rows(args.results)
     print(markdown(results))
+    print()
+    print(curves(results))
     if args.plot:
         plot(results, args.plot)
 
