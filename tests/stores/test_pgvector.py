@@ -186,14 +186,17 @@ async def test_vector_search_uses_the_hnsw_index_at_realistic_size(databases) ->
         await db.dispose()
 
 
-async def test_selective_filter_falls_back_to_exact_search(databases) -> None:
-    """A filter that keeps few rows must still return them all, though HNSW filters late."""
+def _database_preferring_indexes(url: str) -> Database:
+    """Make the planner take the HNSW index even for a small table, as it would for a big one."""
     from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-    url = databases.create()
-    # Make the planner take the HNSW index even for this small table, as it would for a big one.
     engine = create_async_engine(url, connect_args={"options": "-c enable_seqscan=off -c enable_bitmapscan=off"})
-    db = Database(url=url, engine=engine, sessions=async_sessionmaker(engine))
+    return Database(url=url, engine=engine, sessions=async_sessionmaker(engine))
+
+
+async def test_selective_filter_falls_back_to_exact_search(databases) -> None:
+    """A filter that keeps few rows must still return them all, though HNSW filters late."""
+    db = _database_preferring_indexes(databases.create())
     store = PgVectorStore(db, ef_search=10)
     try:
         rng = np.random.default_rng(3)
@@ -240,11 +243,7 @@ def test_widened_ef_search_follows_the_share_the_filter_kept() -> None:
 async def test_a_filter_keeping_a_quarter_widens_the_index_scan(databases) -> None:
     """Before pgvector 0.8, a filter keeping a quarter of the rows leaves about a quarter of the
     index's candidates: the store asks the index again, deeper, instead of scanning exactly."""
-    from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
-
-    url = databases.create()
-    engine = create_async_engine(url, connect_args={"options": "-c enable_seqscan=off -c enable_bitmapscan=off"})
-    db = Database(url=url, engine=engine, sessions=async_sessionmaker(engine))
+    db = _database_preferring_indexes(databases.create())
     store = PgVectorStore(db, ef_search=10)
     try:
         rng = np.random.default_rng(5)
