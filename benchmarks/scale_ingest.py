@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import tempfile
@@ -33,7 +34,7 @@ from pathlib import Path
 from sqlalchemy import text
 
 from benchmarks.datasets import BENCH_DATA, open_runtime, scifact
-from benchmarks.scale import calibration, chunk_count, log, seed
+from benchmarks.scale import calibration, chunk_count, ensure_hnsw, log, seed
 from benchmarks.scale_data import Seed, real_documents
 from ingestion.pipeline import IngestOptions
 
@@ -71,6 +72,7 @@ async def one_round(data_dir: Path, rows: list[dict], the_seed: Seed, chunks: in
     pipeline_collection, store_collection = f"probe-pipeline-{tag}", f"probe-store-{tag}"
     try:
         texts = [c.text for c in the_seed.leaves[:256]]
+        await ensure_hnsw(runtime, data_dir)  # a scale build cut short after dropping it
         held = await chunk_count(runtime)
         calibration_chunks_per_s = calibration(runtime, texts)
         with tempfile.TemporaryDirectory() as workdir:
@@ -110,6 +112,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="rounds per data dir, alternating")
     parser.add_argument("--json", action="store_true", help="only one JSON object per round, then the summary")
     args = parser.parse_args()
+    if os.environ.get("RAGSVC_DATABASE_URL"):
+        raise SystemExit("RAGSVC_DATABASE_URL is set: both rounds would use that one database; unset it")
     big = BENCH_DATA / f"scale-{args.size}"
     if not big.exists():
         raise SystemExit(f"{big} does not exist: build it with python -m benchmarks.scale --sizes {args.size} "

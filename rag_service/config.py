@@ -62,7 +62,7 @@ class Settings(BaseSettings):
     hnsw_m: int = Field(default=16, ge=2, le=100)
     hnsw_ef_construction: int = Field(default=64, ge=4, le=1000)
     # From the measured curve at 1,000,000 chunks (docs/benchmarks.md, "Scale"): recall@10 against an
-    # exact scan 0.89 at 40, 0.96 at 100, 0.98 at 200; p95 4, 6 and 8 ms.
+    # exact scan 0.93 at 40, 0.966 at 100, 0.988 at 200; p95 7.2 ms at 100, 10.7 ms at 200.
     hnsw_ef_search: int = Field(default=100, ge=1, le=1000)
     pattern_timeout_ms: int = Field(default=2_000, ge=10, description="Bound on one pattern search.")
     keyword_engine: Literal["auto", "postgres", "tantivy"] = Field(

@@ -237,6 +237,7 @@ def test_widened_ef_search_follows_the_share_the_filter_kept() -> None:
     assert widened_ef_search(40, 0, 10) is None     # under 1/40 of the rows: scan them exactly
     assert widened_ef_search(40, 10, 10) is None    # nothing missing
     assert widened_ef_search(40, 1, 100) is None    # past pgvector's bound: exact
+    assert widened_ef_search(100, 10, 100) == HNSW_MAX_EF_SEARCH  # the bound should still leave 100
     assert widened_ef_search(HNSW_MAX_EF_SEARCH, 500, 1000) is None  # cannot go wider
 
 
@@ -246,6 +247,8 @@ async def test_a_filter_keeping_a_quarter_widens_the_index_scan(databases) -> No
     db = _database_preferring_indexes(databases.create())
     store = PgVectorStore(db, ef_search=10)
     try:
+        if (await store.schema()).iterative_scans:
+            pytest.skip("pgvector 0.8 scans on by itself (iterative scans): the store never widens")
         rng = np.random.default_rng(5)
         vectors = _random_unit_vectors(rng, 2000)
         tagged: set[uuid.UUID] = set()

@@ -123,7 +123,7 @@ class Retriever:
         variants = tuple(query_variants(request.query))
         budget_s = cfg.time_budget_ms / 1000
         reranking = (cfg.rerank if request.rerank is None else request.rerank) and self._reranker is not None
-        pool = cfg.rerank_top_n if reranking else request.top_k  # what the final ranking draws from
+        pool = max(cfg.rerank_top_n, request.top_k) if reranking else request.top_k  # what the ranking draws from
 
         def remaining() -> float:
             return budget_s - (time.perf_counter() - started)

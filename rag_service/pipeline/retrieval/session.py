@@ -98,17 +98,16 @@ class SearchSession:
                 continue
             try:
                 keys = await keys_of(earlier + new)
+                if keys is None:
+                    continue
+                first: dict[Hashable, str] = {}
+                for text, key in zip(earlier, keys, strict=False):
+                    first.setdefault(key, text)
+                for text, key in zip(new, keys[len(earlier):], strict=True):
+                    if key in first:
+                        same[(strategy.name, text)] = first[key]
             except Exception as exc:  # only a saving: without keys every query is searched
                 log.warning("strategy %s could not compare queries: %s", strategy.name, exc)
-                continue
-            if keys is None:
-                continue
-            first: dict[Hashable, str] = {}
-            for text, key in zip(earlier, keys, strict=False):
-                first.setdefault(key, text)
-            for text, key in zip(new, keys[len(earlier):], strict=True):
-                if key in first:
-                    same[(strategy.name, text)] = first[key]
         return same
 
     def _reuse(self, strategy: RetrievalStrategy, text: str, flt: SearchFilter, depth: int,
