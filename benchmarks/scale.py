@@ -37,7 +37,6 @@ import asyncio
 import json
 import os
 import platform
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,7 +47,21 @@ from sqlalchemy import text
 
 from benchmarks.datasets import BENCH_DATA, ingest_once, open_runtime, scifact
 from benchmarks.ir import latency, quality, ranking
-from benchmarks.scale_data import SEED_COLLECTION, VECTOR_MODES, Seed, build, load_seed, read_seed, save_seed
+from benchmarks.scale_data import (
+    SEED_COLLECTION,
+    VECTOR_MODES,
+    Seed,
+    build,
+    chunk_count,
+    drop_hnsw,
+    ensure_hnsw,
+    load_seed,
+    log,
+    maintenance,
+    read_seed,
+    save_seed,
+    source_uris,
+)
 from benchmarks.server import serve
 from rag_service.config import load_settings
 from rag_service.domain import SearchFilter
@@ -57,10 +70,6 @@ from rag_service.stores.pgvector import PgVectorStore
 COLLECTION = SEED_COLLECTION
 COMMON_DF = 0.05  # a term in at least this share of the chunks is "common"
 SEED_FILE = BENCH_DATA / "scale-seed.npz"
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def seed() -> Seed:
@@ -89,65 +98,6 @@ def calibration(runtime, texts: list[str]) -> float:  # noqa: ANN001
     started = time.perf_counter()
     runtime.embedder.encode(texts)
     return round(len(texts) / (time.perf_counter() - started), 1)
-
-
-async def source_uris(runtime) -> frozenset[str]:  # noqa: ANN001
-    """The documents already in the collection (a build cut short resumes after them)."""
-    async with runtime.db.engine.connect() as conn:
-        rows = await conn.execute(text(
-            "SELECT d.source_uri FROM documents d JOIN collections k ON k.id = d.collection_id "
-            "WHERE k.name = :c"), {"c": COLLECTION})
-        return frozenset(r[0] for r in rows)
-
-
-async def chunk_count(runtime) -> int:  # noqa: ANN001
-    async with runtime.db.engine.connect() as conn:
-        return int((await conn.execute(text(
-            "SELECT count(*) FROM chunks c JOIN collections k ON k.id = c.collection_id "
-            "WHERE k.name = :c AND c.embedding IS NOT NULL"), {"c": COLLECTION})).scalar_one())
-
-
-HNSW_INDEX = "ix_chunks_embedding_hnsw"
-
-
-async def drop_hnsw(runtime, data_dir: Path) -> None:  # noqa: ANN001
-    """Drop the HNSW index for a bulk load, keeping its definition (migration 0001's) beside the
-    data so that ``ensure_hnsw`` rebuilds the same index, also after a build cut short."""
-    async with runtime.db.engine.begin() as conn:
-        definition = (await conn.execute(text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"),
-                                         {"n": HNSW_INDEX})).scalar_one_or_none()
-        if definition is None:
-            return
-        (data_dir / "hnsw-index.sql").write_text(definition)
-        await conn.execute(text(f"DROP INDEX {HNSW_INDEX}"))
-
-
-async def ensure_hnsw(runtime, data_dir: Path) -> float | None:  # noqa: ANN001
-    """Build the HNSW index if a bulk load dropped it; seconds taken, or None when it was there."""
-    saved = data_dir / "hnsw-index.sql"
-    async with runtime.db.engine.begin() as conn:  # SET LOCAL: nothing stays on the pooled connection
-        present = (await conn.execute(text("SELECT 1 FROM pg_indexes WHERE indexname = :n"),
-                                      {"n": HNSW_INDEX})).scalar_one_or_none()
-        if present or not saved.exists():
-            return None
-        log(f"building the HNSW index: {saved.read_text()}")
-        started = time.perf_counter()
-        # pgvector builds the graph in memory when it fits (about 2 GB for 1,000,000 x 384), else
-        # on disk and far slower; one parallel worker beside the leader uses both cores.
-        await conn.execute(text("SET LOCAL statement_timeout = 0"))  # the service's bound is for queries
-        await conn.execute(text("SET LOCAL maintenance_work_mem = '4GB'"))
-        await conn.execute(text("SET LOCAL max_parallel_maintenance_workers = 1"))
-        await conn.execute(text(saved.read_text()))
-        return time.perf_counter() - started
-
-
-async def maintenance(runtime) -> float:  # noqa: ANN001
-    """VACUUM ANALYZE (as autovacuum would for a long-running server); the database's size in MB."""
-    async with runtime.db.engine.connect() as conn:
-        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        await conn.execute(text("VACUUM ANALYZE"))
-        return round(int((await conn.execute(text("SELECT pg_database_size(current_database())"))).scalar_one())
-                     / 2**20, 1)
 
 
 async def common_queries(runtime, queries: list[str]) -> list[str]:  # noqa: ANN001

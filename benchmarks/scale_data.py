@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from rag_service.db.models import Chunk, Collection, Document
 from rag_service.domain import ChunkRecord, DocumentRecord
@@ -204,11 +205,11 @@ class Generator:
                              content_hash=f"generated-{index}", metadata={"generated": True})
         texts = [self.text() for _ in range(n)]
         chunks, offset = [], 0
-        for ordinal, (text, vector) in enumerate(zip(texts, self.vectors(n), strict=True)):
-            chunks.append(ChunkRecord(document_id=doc.id, ordinal=ordinal, text=text, start_char=offset,
-                                      end_char=offset + len(text), token_count=len(text.split()),
+        for ordinal, (body, vector) in enumerate(zip(texts, self.vectors(n), strict=True)):
+            chunks.append(ChunkRecord(document_id=doc.id, ordinal=ordinal, text=body, start_char=offset,
+                                      end_char=offset + len(body), token_count=len(body.split()),
                                       content_hash=f"generated-{index}-{ordinal}", embedding=vector.tolist()))
-            offset += len(text) + 1
+            offset += len(body) + 1
         return doc, chunks
 
 
@@ -285,3 +286,68 @@ async def build(store, seed: Seed, collection: str, chunks: int, *, batch_chunks
     if progress:
         progress(written)
     return time.perf_counter() - started
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# The data dir's state, for a build that resumes and a load without the HNSW index.
+
+async def source_uris(runtime) -> frozenset[str]:  # noqa: ANN001
+    """The documents already in the collection (a build cut short resumes after them)."""
+    async with runtime.db.engine.connect() as conn:
+        rows = await conn.execute(text(
+            "SELECT d.source_uri FROM documents d JOIN collections k ON k.id = d.collection_id "
+            "WHERE k.name = :c"), {"c": SEED_COLLECTION})
+        return frozenset(r[0] for r in rows)
+
+
+async def chunk_count(runtime) -> int:  # noqa: ANN001
+    async with runtime.db.engine.connect() as conn:
+        return int((await conn.execute(text(
+            "SELECT count(*) FROM chunks c JOIN collections k ON k.id = c.collection_id "
+            "WHERE k.name = :c AND c.embedding IS NOT NULL"), {"c": SEED_COLLECTION})).scalar_one())
+
+
+HNSW_INDEX = "ix_chunks_embedding_hnsw"
+
+
+async def drop_hnsw(runtime, data_dir: Path) -> None:  # noqa: ANN001
+    """Drop the HNSW index for a bulk load, keeping its definition (migration 0001's) beside the
+    data so that ``ensure_hnsw`` rebuilds the same index, also after a build cut short."""
+    async with runtime.db.engine.begin() as conn:
+        definition = (await conn.execute(text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"),
+                                         {"n": HNSW_INDEX})).scalar_one_or_none()
+        if definition is None:
+            return
+        (data_dir / "hnsw-index.sql").write_text(definition)
+        await conn.execute(text(f"DROP INDEX {HNSW_INDEX}"))
+
+
+async def ensure_hnsw(runtime, data_dir: Path) -> float | None:  # noqa: ANN001
+    """Build the HNSW index if a bulk load dropped it; seconds taken, or None when it was there."""
+    saved = data_dir / "hnsw-index.sql"
+    async with runtime.db.engine.begin() as conn:  # SET LOCAL: nothing stays on the pooled connection
+        present = (await conn.execute(text("SELECT 1 FROM pg_indexes WHERE indexname = :n"),
+                                      {"n": HNSW_INDEX})).scalar_one_or_none()
+        if present or not saved.exists():
+            return None
+        log(f"building the HNSW index: {saved.read_text()}")
+        started = time.perf_counter()
+        # pgvector builds the graph in memory when it fits (about 2 GB for 1,000,000 x 384), else
+        # on disk and far slower; one parallel worker beside the leader uses both cores.
+        await conn.execute(text("SET LOCAL statement_timeout = 0"))  # the service's bound is for queries
+        await conn.execute(text("SET LOCAL maintenance_work_mem = '4GB'"))
+        await conn.execute(text("SET LOCAL max_parallel_maintenance_workers = 1"))
+        await conn.execute(text(saved.read_text()))
+        return time.perf_counter() - started
+
+
+async def maintenance(runtime) -> float:  # noqa: ANN001
+    """VACUUM ANALYZE (as autovacuum would for a long-running server); the database's size in MB."""
+    async with runtime.db.engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await conn.execute(text("VACUUM ANALYZE"))
+        return round(int((await conn.execute(text("SELECT pg_database_size(current_database())"))).scalar_one())
+                     / 2**20, 1)
