@@ -44,6 +44,13 @@ def engine_store(database: Database, root: Path) -> PgVectorStore:
     return PgVectorStore(database, term_index=TermIndex(database, root, build_in_background=False))
 
 
+async def write_document(writer: PgVectorStore, collection: str, key: str, texts: list[str], embed) -> DocumentRecord:
+    """Write (or replace) the document ``t://<key>`` with one chunk per text."""
+    doc = DocumentRecord(collection=collection, source_uri=f"t://{key}", content_hash=key)
+    await writer.replace_documents([(doc, chunks_for(doc, texts, embed))])
+    return doc
+
+
 @pytest.fixture(scope="module")
 def embed(local_embedder):
     return lambda text: local_embedder.encode([text])[0].tolist()
@@ -216,16 +223,14 @@ async def test_a_transaction_that_commits_late_is_not_missed(database: Database,
     collection = new_collection()
     writer, engine = PgVectorStore(database), engine_store(database, tmp_path)
     flt = SearchFilter(collection=collection)
-    first = DocumentRecord(collection=collection, source_uri="t://1", content_hash="1")
-    await writer.replace_documents([(first, chunks_for(first, ["heron"], embed))])
+    await write_document(writer, collection, "1", ["heron"], embed)
     assert len(await engine.keyword_search("heron", flt, 5)) == 1
     late = DocumentRecord(collection=collection, source_uri="t://late", content_hash="late")
     async with database.begin() as held:  # the late writer: its transaction id is below the others'
         await writer._upsert_documents(held, [late])
         await writer._write_chunks(held, chunks_for(late, ["heron egret late"], embed))
         for n in range(2, 4):
-            doc = DocumentRecord(collection=collection, source_uri=f"t://{n}", content_hash=str(n))
-            await writer.replace_documents([(doc, chunks_for(doc, [f"heron egret {n}"], embed))])
+            await write_document(writer, collection, str(n), [f"heron egret {n}"], embed)
             assert len(await engine.keyword_search("heron", flt, 5)) == n  # not the uncommitted one
     assert {h.text for h in await engine.keyword_search("egret", flt, 5)} == {
         "heron egret 2", "heron egret 3", "heron egret late"}
@@ -239,8 +244,7 @@ async def test_rebuilds_after_a_crash(database: Database, embed, tmp_path: Path)
     collection = new_collection()
     writer = PgVectorStore(database)
     flt = SearchFilter(collection=collection)
-    doc = DocumentRecord(collection=collection, source_uri="t://x", content_hash="x")
-    await writer.replace_documents([(doc, chunks_for(doc, ["pelican"], embed))])
+    await write_document(writer, collection, "x", ["pelican"], embed)
     first = engine_store(database, tmp_path)
     assert len(await first.keyword_search("pelican", flt, 5)) == 1
     await first.close()
@@ -264,11 +268,9 @@ async def test_an_index_behind_the_pruned_log_rebuilds(database: Database, embed
     collection = new_collection()
     writer, engine = PgVectorStore(database), engine_store(database, tmp_path)
     flt = SearchFilter(collection=collection)
-    doc = DocumentRecord(collection=collection, source_uri="t://p", content_hash="p")
-    await writer.replace_documents([(doc, chunks_for(doc, ["puffin"], embed))])
+    await write_document(writer, collection, "p", ["puffin"], embed)
     assert len(await engine.keyword_search("puffin", flt, 5)) == 1
-    other = DocumentRecord(collection=collection, source_uri="t://q", content_hash="q")
-    await writer.replace_documents([(other, chunks_for(other, ["puffin gannet"], embed))])
+    await write_document(writer, collection, "q", ["puffin gannet"], embed)
     await writer.prune_keyword_changes(older_than_s=0)  # a mark above the write
     assert await writer.prune_keyword_changes(older_than_s=0) >= 1  # ... and the log below it deleted
     async with database.connect() as conn:
@@ -283,8 +285,7 @@ async def test_an_index_behind_the_pruned_log_rebuilds(database: Database, embed
 async def test_auto_uses_the_index_only_for_large_collections(database: Database, embed, tmp_path: Path) -> None:
     """``keyword_engine=auto``: a collection below ``min_chunks`` is scored in SQL and gets no index."""
     collection = new_collection()
-    doc = DocumentRecord(collection=collection, source_uri="t://g", content_hash="g")
-    await PgVectorStore(database).replace_documents([(doc, chunks_for(doc, ["gannet", "gannet gull", "gull"], embed))])
+    await write_document(PgVectorStore(database), collection, "g", ["gannet", "gannet gull", "gull"], embed)
     flt = SearchFilter(collection=collection)
     for min_chunks, by_index in ((4, 0), (3, 1)):
         index = TermIndex(database, tmp_path / str(min_chunks), build_in_background=False, min_chunks=min_chunks)
@@ -303,8 +304,7 @@ async def test_concurrent_searches_all_use_the_index(database: Database, scifact
     queries = list(scifact("test").queries.values())[:16]
     await engine.keyword_search(queries[0], flt, 10)  # built now
     await asyncio.gather(*[engine.keyword_search(q, flt, 10) for q in queries])
-    doc = DocumentRecord(collection=collection, source_uri="t://new", content_hash="new")
-    await writer.replace_documents([(doc, chunks_for(doc, ["kestrel falcon"], embed))])
+    await write_document(writer, collection, "new", ["kestrel falcon"], embed)
     results = await asyncio.gather(*[engine.keyword_search("kestrel", flt, 10) for _ in range(8)])
     assert all([h.text for h in hits] == ["kestrel falcon"] for hits in results)
     index = engine.term_index
