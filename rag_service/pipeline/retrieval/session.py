@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -110,15 +110,13 @@ class SearchSession:
                 log.warning("strategy %s could not compare queries: %s", strategy.name, exc)
         return same
 
-    def _reuse(self, strategy: RetrievalStrategy, text: str, flt: SearchFilter, depth: int,
-               source: str) -> Awaitable[list[SearchHit]]:
+    async def _reuse(self, strategy: RetrievalStrategy, text: str, flt: SearchFilter, depth: int,
+                     source: str) -> list[SearchHit]:
         hits = self._hits[(strategy.name, source, flt.model_dump_json(), depth)]
         self.ran.add(strategy.name)
         self.reports.append(StrategyReport(strategy=strategy.name, query=text, hits=len(hits), elapsed_ms=0.0,
                                            detail={"same_results_as": source}))
-        future: asyncio.Future[list[SearchHit]] = asyncio.get_running_loop().create_future()
-        future.set_result(hits)
-        return future
+        return hits
 
     async def _run(self, strategy: RetrievalStrategy, text: str, flt: SearchFilter, depth: int,
                    fallback: bool = False) -> list[SearchHit] | None:

@@ -37,6 +37,14 @@ from rag_service.stores.pgvector.term_index import K1, B, Candidates, TermIndex
 # scoring and the rescoring, whose results must agree to the last bit.
 _STATS = ("greatest(sum(chunk_count), 1)::float8 AS n, "
           "greatest(sum(total_length)::float8 / greatest(sum(chunk_count), 1), 1) AS avgdl")
+
+
+def _lexemes(text_sql: str) -> str:
+    """The distinct lexemes BM25 scores for a text: one expression for the scoring, the index's
+    terms and ``keyword_query_keys`` (equal keys must mean equal results)."""
+    return f"SELECT DISTINCT lexeme FROM unnest(to_tsvector(CAST(:config AS regconfig), {text_sql}))"
+
+
 MAX_DEPTH = 4096  # candidates asked of tantivy before the SQL scoring takes over
 _FLOAT32 = 1e-4   # tantivy scores in float32: its bound is loosened by this much (relative)
 
@@ -71,8 +79,8 @@ class PgKeywordSearch(PgStoreBase):
         config = (await self.schema()).text_search_config
         async with self._db.connect() as conn:
             rows = (await conn.execute(text(
-                "SELECT array(SELECT DISTINCT lexeme FROM unnest(to_tsvector(CAST(:config AS regconfig), x.t)) "
-                "ORDER BY 1) FROM unnest(CAST(:texts AS text[])) WITH ORDINALITY AS x(t, i) ORDER BY x.i"),
+                f"SELECT array({_lexemes('x.t')} ORDER BY 1) "
+                "FROM unnest(CAST(:texts AS text[])) WITH ORDINALITY AS x(t, i) ORDER BY x.i"),
                 {"config": config, "texts": cleaned})).all()
         return [(tuple(r[0]), web_search_restriction(t)) for r, t in zip(rows, cleaned, strict=True)]
 
@@ -109,8 +117,8 @@ class PgKeywordSearch(PgStoreBase):
         assert self._term_index is not None and flt.collection is not None
         async with self._db.connect() as conn:
             row = (await conn.execute(text(
-                "SELECT k.id, (SELECT array_agg(DISTINCT lexeme) FROM unnest(to_tsvector(CAST(:config AS regconfig), "
-                f":query))), s.n, s.avgdl FROM collections k CROSS JOIN LATERAL (SELECT {_STATS} "
+                f"SELECT k.id, array({_lexemes(':query')} ORDER BY 1), s.n, s.avgdl "
+                f"FROM collections k CROSS JOIN LATERAL (SELECT {_STATS} "
                 "FROM keyword_stats WHERE collection_id = k.id) s WHERE k.name = :collection"),
                 {"config": config, "query": query, "collection": flt.collection})).one_or_none()
         if row is None or not row[1]:
@@ -192,7 +200,7 @@ class PgKeywordSearch(PgStoreBase):
         scope = "SELECT id FROM collections" + (" WHERE name = :collection" if collection is not None else "")
         sql = f"""
             WITH q AS (
-                SELECT DISTINCT lexeme AS term FROM unnest(to_tsvector(CAST(:config AS regconfig), :query))
+                SELECT lexeme AS term FROM ({_lexemes(':query')}) l
             ), stats AS (
                 SELECT {_STATS}
                 FROM keyword_stats WHERE collection_id IN ({scope})
