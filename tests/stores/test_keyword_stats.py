@@ -113,6 +113,29 @@ async def test_a_writer_never_waits_for_another_writers_statistics(databases, lo
         await db.dispose()
 
 
+async def test_each_posting_holds_its_chunks_term_frequency_and_length(databases, local_embedder) -> None:
+    """The insert trigger computes a chunk's length once for all its postings (migration 0015);
+    every posting must still carry its own chunk's length and the term's count in it."""
+    url = databases.create()
+    db = Database.from_settings(load_settings(database_url=url), url=url)
+    store = PgVectorStore(db)
+    vector = local_embedder.encode(["lengths"])[0].tolist()
+    texts = ["w1 w1 w1 w2", "w2 w3 w4 w5 w6 w7 w8", "w9", "w1 w2 w1 w2 w1 w2 w3 w3 w10 w11 w12 w13"]
+    try:
+        ids = await _write(store, "lengths", texts, vector)
+        async with db.engine.connect() as conn:
+            rows = (await conn.execute(text(
+                "SELECT d.content_hash, p.term, p.tf, p.chunk_length FROM keyword_postings p "
+                "JOIN documents d ON d.id = p.document_id WHERE p.document_id = ANY(:ids)"), {"ids": ids})).all()
+        expected = set()
+        for i, body in enumerate(texts):
+            words = body.split()
+            expected |= {(str(i), word, words.count(word), len(words)) for word in set(words)}
+        assert set(rows) == expected and len(rows) == len(expected)
+    finally:
+        await db.dispose()
+
+
 def test_iterative_scans_are_used_from_pgvector_0_8() -> None:
     from rag_service.stores.pgvector.connection import SchemaInfo, parse_version
 
