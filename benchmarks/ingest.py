@@ -4,8 +4,10 @@
     .venv/bin/python -m benchmarks.ingest [--limit N] [--skip-baseline] [--skip-st-reference]
 
 Measures, on a fresh embedded PostgreSQL (or RAGSVC_DATABASE_URL):
-  1. first ingest: wall time, documents/s, chunks/s;
-  2. the raw throughput of the same embedder on the same chunk texts, and the ratio pipeline/raw;
+  1. first ingest: wall time, documents/s, chunks/s (after an unmeasured warm-up of eight other
+     documents, so that loading the chunker is not in it, as the model's load is not);
+  2. the raw throughput of the same embedder on the same chunk texts, after VACUUM ANALYZE (a quiet
+     machine), and the ratio pipeline/raw;
   3. the stored vectors against sentence-transformers (the reference model) on a sample: min cosine;
   4. re-ingest unchanged: seconds and speed-up over the first ingest;
   5. re-ingest with 1% of documents edited: chunks embedded vs reused;

@@ -3,8 +3,8 @@
 Migration 0012's insert trigger joined each new chunk to its length (a subquery over the chunk's
 tsvector) and to the chunk's lexemes. PostgreSQL pulled the length's subquery into the join and ran
 it for every posting: about 60 times per chunk, each one reading the whole tsvector again. On 3,000
-SciFact chunks the postings' INSERT ... SELECT took 2.65 s, of which 0.09 s with the length computed
-once (EXPLAIN ANALYZE); that was two thirds of PostgreSQL's CPU time per written chunk. The lengths
+SciFact chunks the postings' INSERT ... SELECT took 2.65 s, against 0.09 s with the length computed
+once (EXPLAIN ANALYZE); PostgreSQL's CPU per written chunk went from 1.52 to 0.80 ms. The lengths
 are now computed in a materialised step first. The postings are the same rows as before.
 
 Revision ID: 0015
@@ -14,6 +14,7 @@ Create Date: 2026-11-26
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +28,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+@functools.cache
 def _stats_only() -> ModuleType:
     source = Path(__file__).with_name("0012_keyword_stats_only.py")
     spec = importlib.util.spec_from_file_location("keyword_stats_only_0012", source)
