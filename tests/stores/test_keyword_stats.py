@@ -114,24 +114,40 @@ async def test_a_writer_never_waits_for_another_writers_statistics(databases, lo
 
 
 async def test_each_posting_holds_its_chunks_term_frequency_and_length(databases, local_embedder) -> None:
-    """The insert trigger computes a chunk's length once for all its postings (migration 0015);
-    every posting must still carry its own chunk's length and the term's count in it."""
+    """The insert and update triggers compute a chunk's length once for all its postings (migration
+    0015); every posting must still carry its own chunk's length and the term's count in it, after
+    an insert and after an update of the chunks' text (ON CONFLICT DO UPDATE)."""
     url = databases.create()
     db = Database.from_settings(load_settings(database_url=url), url=url)
     store = PgVectorStore(db)
     vector = local_embedder.encode(["lengths"])[0].tolist()
-    texts = ["w1 w1 w1 w2", "w2 w3 w4 w5 w6 w7 w8", "w9", "w1 w2 w1 w2 w1 w2 w3 w3 w10 w11 w12 w13"]
-    try:
-        ids = await _write(store, "lengths", texts, vector)
+    docs = [DocumentRecord(collection="lengths", source_uri=f"doc/{i}", content_hash=str(i)) for i in range(4)]
+
+    def chunks(texts: list[str]) -> list[ChunkRecord]:
+        return [ChunkRecord(id=uuid.uuid5(doc.id, "0"), document_id=doc.id, ordinal=0, text=body, start_char=0,
+                            end_char=len(body), token_count=len(body.split()), content_hash=body, embedding=vector)
+                for doc, body in zip(docs, texts, strict=True)]
+
+    async def postings() -> set[tuple]:
         async with db.engine.connect() as conn:
-            rows = (await conn.execute(text(
-                "SELECT d.content_hash, p.term, p.tf, p.chunk_length FROM keyword_postings p "
-                "JOIN documents d ON d.id = p.document_id WHERE p.document_id = ANY(:ids)"), {"ids": ids})).all()
-        expected = set()
-        for i, body in enumerate(texts):
-            words = body.split()
-            expected |= {(str(i), word, words.count(word), len(words)) for word in set(words)}
-        assert set(rows) == expected and len(rows) == len(expected)
+            return set((await conn.execute(text(
+                "SELECT d.source_uri, p.term, p.tf, p.chunk_length FROM keyword_postings p "
+                "JOIN documents d ON d.id = p.document_id WHERE d.collection_id = "
+                "(SELECT id FROM collections WHERE name = 'lengths')"))).all())
+
+    def expected(texts: list[str]) -> set[tuple]:
+        return {(f"doc/{i}", word, body.split().count(word), len(body.split()))
+                for i, body in enumerate(texts) for word in set(body.split())}
+
+    first = ["w1 w1 w1 w2", "w2 w3 w4 w5 w6 w7 w8", "w9", "w1 w2 w1 w2 w1 w2 w3 w3 w10 w11 w12 w13"]
+    second = ["w5 w5", "w2 w3", "w9 w9 w9 w1 w2", "w13"]
+    try:
+        await store.replace_documents([(doc, [chunk]) for doc, chunk in zip(docs, chunks(first), strict=True)])
+        assert await postings() == expected(first)
+        await store.upsert_chunks(chunks(second))  # the same ids: the update trigger
+        assert await postings() == expected(second)
+        _, _, stats, actual = await _counts(db, "lengths")
+        assert stats == actual == (4, 2 + 2 + 5 + 1)
     finally:
         await db.dispose()
 
