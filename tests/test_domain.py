@@ -28,6 +28,15 @@ def test_the_overall_score_weights_only_the_judged_metrics() -> None:
         Evaluation.from_scores(scores, {"faithfulness": -1})
 
 
+def test_the_overall_score_survives_tiny_weights() -> None:
+    """Found by the design property test: a subnormal weight on the only judged metric made
+    value x weight underflow to 0, so a 0.5 came out as an overall 0.0."""
+    tiny = 5e-324
+    assert Evaluation.from_scores([score("relevance", 0.5)], {"relevance": tiny}).overall == 0.5
+    both = [score("relevance", 0.25), score("coverage", 0.75)]
+    assert Evaluation.from_scores(both, {"relevance": tiny, "coverage": tiny}).overall == 0.5
+
+
 def test_strategy_names_come_from_one_registry() -> None:
     assert strategy_names()[:4] == ("semantic", "keyword", "metadata", "pattern")
     with pytest.raises(ValidationError, match="unknown strategy 'graph'"):

@@ -46,7 +46,9 @@ class Evaluation(BaseModel):
             raise ValueError("metric weights must be >= 0")
         judged = [(s.value, weights.get(s.metric, 0.0)) for s in scores if s.value is not None]
         total = sum(w for _, w in judged)
-        overall = sum(v * w for v, w in judged) / total if total > 0 else None
+        # Each weight as its share of the total first: v * w / total underflows to 0 when the
+        # weights are tiny (a subnormal weight on the one judged metric gave 0.0 for a 0.5).
+        overall = sum(v * (w / total) for v, w in judged) if total > 0 else None
         return cls(scores=tuple(scores), overall=None if overall is None else round(overall, 4))
 
     def get(self, metric: MetricName) -> MetricScore | None:
