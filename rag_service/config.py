@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from rag_service.domain.evaluation import METRICS
 from rag_service.domain.strategies import check_strategy_names, strategy_names
 from rag_service.errors import ConfigError
+from rag_service.redaction import hide_password
 
 ENV_PREFIX = "RAGSVC_"
 
@@ -392,12 +393,6 @@ def load_settings(**overrides: object) -> Settings:
                 shown = hide_password(shown)
             problems.append(f"{name}: {err['msg']} (got {shown!r})")
         raise ConfigError("Invalid configuration:\n  " + "\n  ".join(problems)) from None
-
-
-def hide_password(url: str) -> str:
-    """The URL with its password (in the authority or as ?password=) replaced by ***."""
-    masked = re.sub(r"(://[^:/@]*:)[^@]+@", r"\1***@", url)
-    return re.sub(r"([?&]password=)[^&]*", r"\1***", masked, flags=re.I)
 
 
 @lru_cache(maxsize=1)

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rag_service.config import get_settings, hide_password, load_settings
+from rag_service.config import get_settings, load_settings
 from rag_service.errors import ConfigError
+from rag_service.redaction import hide_password
 
 
 def test_defaults_use_the_embedded_database() -> None:

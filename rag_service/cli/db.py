@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from rag_service.cli.common import JsonFlag, app, emit_json, handle_errors, settings, stderr
-from rag_service.config import hide_password
+from rag_service.redaction import hide_password
 
 db_app = typer.Typer(help="Database schema migrations.", no_args_is_help=True)
 app.add_typer(db_app, name="db")

@@ -17,7 +17,7 @@ from sqlalchemy import Engine, create_engine, make_url, text
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
-from rag_service.config import Settings, hide_password
+from rag_service.config import Settings
 from rag_service.db.embedded import DATABASE_NAME, start_embedded
 from rag_service.errors import (
     DatabaseTimeoutError,
@@ -26,6 +26,7 @@ from rag_service.errors import (
     StorageFullError,
     StorageNotWritableError,
 )
+from rag_service.redaction import hide_password
 
 
 def resolve_database_url(settings: Settings) -> str:

@@ -13,9 +13,10 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 import migrations
-from rag_service.config import Settings, hide_password
+from rag_service.config import Settings
 from rag_service.db.engine import embedded_pgdata, make_sync_engine, storage_error, translate_db_error
 from rag_service.errors import InvalidInputError, SchemaMismatchError
+from rag_service.redaction import hide_password
 
 
 def alembic_config(url: str, settings: Settings | None = None) -> Config:
