@@ -60,7 +60,7 @@ def items(examples: list[dict], selections: list, indices, gold_passages: dict[s
             continue
         found = passage(s.evidence.best_chunk, s.evidence.best_sentence)
         at = next(((found.find(a), a) for a in e["answers"] if e["setting"] == "full" and a in found), (None, None))
-        out.append((e["question"], found, at[0], at[1], i))
+        out.append((e["question"], found, at[0], at[1], int(i)))
         if train and e["setting"] == "full" and e["id"] not in seen and e["id"] in gold_passages:
             seen.add(e["id"])
             gold, offset, answer = gold_passages[e["id"]]
