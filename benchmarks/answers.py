@@ -40,7 +40,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from benchmarks.datasets import BENCH_DATA, DATA, ingest_once, open_runtime, xquad, xquad_without_gold
+from benchmarks.datasets import BENCH_DATA, DATA, ingest_once, open_runtime, xquad, xquad_rows, xquad_without_gold
 from benchmarks.server import ServerFailed, serve
 from evaluation.metrics import normalize as normalize  # re-exported: train_answerability uses it
 from rag_service.domain import REFERENCE_CORRECTNESS, EvalRunRequest
@@ -120,8 +120,7 @@ def main() -> None:
     args = parser.parse_args()
 
     dataset = xquad()  # writes the paragraphs as a BEIR corpus under .bench-data
-    rows = [json.loads(line) for line in (DATA / "xquad_en" / "xquad_en_flat.jsonl").read_text().splitlines()
-            if line.strip()]
+    rows = xquad_rows()
     if args.limit:
         rows = rows[: args.limit]
     paragraph_of = {qid: next(iter(rel)) for qid, rel in dataset.qrels.items()}

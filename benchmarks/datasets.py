@@ -46,10 +46,16 @@ def scifact(split: str) -> RetrievalSet:
     return RetrievalSet(f"scifact-{split}", "scifact", {q: queries[q] for q in qrels}, qrels, root / "corpus.jsonl")
 
 
+def xquad_rows() -> list[dict]:
+    """The 1,190 XQuAD (en) questions as the flat file has them: id, title, context, question,
+    answers, answer_starts."""
+    return [json.loads(line) for line in _lines(DATA / "xquad_en" / "xquad_en_flat.jsonl")]
+
+
 def xquad() -> RetrievalSet:
     """XQuAD (en) as retrieval: each question's relevant document is its paragraph. The 240
     paragraphs are written once as a BEIR corpus under .bench-data (ids p0..p239)."""
-    rows = [json.loads(line) for line in _lines(DATA / "xquad_en" / "xquad_en_flat.jsonl")]
+    rows = xquad_rows()
     paragraphs: dict[str, str] = {}
     titles: dict[str, str] = {}
     for row in rows:

@@ -36,7 +36,7 @@ from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import GroupKFold
 
 from benchmarks.answers import normalize
-from benchmarks.datasets import BENCH_DATA, DATA
+from benchmarks.datasets import BENCH_DATA, xquad_rows
 from benchmarks.train_answerability import ROWS, featurise, fit, probabilities
 from rag_service.domain import Candidate
 from rag_service.pipeline.generation.alignment import passage
@@ -72,8 +72,7 @@ def items(examples: list[dict], selections: list, indices, gold_passages: dict[s
 def gold_passages() -> dict[str, tuple[str, int, str]]:
     """Each question's sentence holding its first answer and the next, with the answer's offset in it."""
     out = {}
-    for line in (DATA / "xquad_en" / "xquad_en_flat.jsonl").read_text().splitlines():
-        row = json.loads(line)
+    for row in xquad_rows():
         context, at = row["context"], row["answer_starts"][0]
         sentences = split_sentences(context)
         for k, s in enumerate(sentences):

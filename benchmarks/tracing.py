@@ -37,7 +37,7 @@ import httpx
 import numpy as np
 
 from benchmarks.answers import ask_all
-from benchmarks.datasets import BENCH_DATA, DATA, ingest_once, xquad
+from benchmarks.datasets import BENCH_DATA, ingest_once, xquad, xquad_rows
 from benchmarks.embedding import make_chunks
 from benchmarks.server import free_port, serve
 from rag_service.providers.embeddings import LocalEmbedder
@@ -109,8 +109,7 @@ def main() -> None:
     args = parser.parse_args()
 
     dataset = xquad()
-    rows = [json.loads(line) for line in (DATA / "xquad_en" / "xquad_en_flat.jsonl").read_text().splitlines()
-            if line.strip()][: args.limit]
+    rows = xquad_rows()[: args.limit]
 
     ingest_once(args.data_dir, dataset)
     chunks_per_s = calibration()

@@ -38,7 +38,14 @@ from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import GroupKFold
 
 from benchmarks.answers import expected_calibration_error, normalize
-from benchmarks.datasets import BENCH_DATA, DATA, ensure_ingested, open_runtime, xquad, xquad_without_gold
+from benchmarks.datasets import (
+    BENCH_DATA,
+    ensure_ingested,
+    open_runtime,
+    xquad,
+    xquad_rows,
+    xquad_without_gold,
+)
 from rag_service.domain import Candidate, QueryRequest
 from rag_service.pipeline.generation.alignment import alignment, passage
 from rag_service.pipeline.generation.answerability import (
@@ -91,8 +98,7 @@ async def collect(data_dir: Path) -> list[dict]:
     paragraph: what the generator was given, and the gold paragraph and answers."""
     full = xquad()
     without = xquad_without_gold()
-    rows = [json.loads(line) for line in (DATA / "xquad_en" / "xquad_en_flat.jsonl").read_text().splitlines()
-            if line.strip()]
+    rows = xquad_rows()
     runtime = open_runtime(data_dir, eval_llm_judge=False, eval_ragas=False)
     examples: list[dict] = []
     try:
