@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
 import logging
 import math
@@ -75,6 +76,15 @@ def ir_metrics(qrels: Mapping[str, Mapping[str, int]],
     # key order, so the i-th score belongs to the i-th item.
     scores = evaluate(judged, run, list(IR_METRICS), return_mean=False, save_results_in_run=False)
     return {item: {metric: float(scores[metric][i]) for metric in IR_METRICS} for i, item in enumerate(judged)}
+
+
+def warm_up_ir_metrics() -> None:
+    """Import ranx and score one item, which loads (or compiles) its numba code: seconds on first use.
+    Runners call it, in a thread, before items run concurrently: paid inside the first item it blocks
+    the event loop, and the other items' reranker timeouts fire on a wait they did not cause. Without
+    ranx it does nothing; the items then record why their IR metrics are missing."""
+    with contextlib.suppress(ImportError):
+        ir_metrics({"warm-up": {"doc": 1}}, {"warm-up": ["doc"]})
 
 
 # --- SQuAD v1.1 -------------------------------------------------------------------------------------

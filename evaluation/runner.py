@@ -26,7 +26,7 @@ from sqlalchemy import text
 from evaluation.datasets import Dataset, golden_dataset, load_beir, load_qa, parse_dataset_spec
 from evaluation.items import RETRIEVAL_DEPTH, EvalItem, full_item, retrieval_item
 from evaluation.langfuse_export import LangfuseTarget, export_run
-from evaluation.metrics import EVAL_EXTRA, AnswerMetrics
+from evaluation.metrics import EVAL_EXTRA, AnswerMetrics, warm_up_ir_metrics
 from evaluation.preparation import as_loaded, corpus_documents, eval_items, run_collection
 from evaluation.snapshot import code_version, config_hash, snapshot
 from evaluation.sources import GUIDELINES_PIN, EvalHistory, PinnedGuidelines, PinnedPrompts, pinnable
@@ -254,6 +254,8 @@ class EvalRunner:
         if progress is not None:
             progress("items", finished, total)
         run_one = self._item_function(run)
+        if pending:
+            await asyncio.to_thread(warm_up_ir_metrics)
         queue: asyncio.Queue[tuple[int, EvalItem, int]] = asyncio.Queue()
         for entry in pending:
             queue.put_nowait(entry)

@@ -5,6 +5,7 @@ planted difference found, identical configurations not), and the promotion gate 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -305,6 +306,33 @@ async def test_an_item_whose_metrics_fail_is_recorded_failed_and_the_run_goes_on
     run, results, _ = await _run(runtime, dataset=spec, mode="full", limit=4, name="one-item-breaks")
     assert (run.status, run.items_done, run.items_failed) == ("finished", 4, 1)
     assert [r.error for r in results if r.error] == ["ValueError: metric blew up"]
+
+
+async def test_ranx_is_warmed_in_a_worker_thread_before_the_items_run(
+        runtime: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ranx's first use loads numba code for seconds; inside the first item it blocked the event loop
+    # and the other items' reranker timeouts fired (a fresh run's nDCG once differed from a resumed one's).
+    import evaluation.items
+    import evaluation.runner
+
+    events: list[tuple[str, int]] = []
+    warm, score = evaluation.runner.warm_up_ir_metrics, evaluation.items.ir_metrics
+
+    def recorded_warm_up() -> None:
+        events.append(("warm-up", threading.get_ident()))
+        warm()
+
+    def recorded_ir_metrics(*args: object) -> dict[str, dict[str, float]]:
+        events.append(("item", threading.get_ident()))
+        return score(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(evaluation.runner, "warm_up_ir_metrics", recorded_warm_up)
+    monkeypatch.setattr(evaluation.items, "ir_metrics", recorded_ir_metrics)
+    run, _, _ = await _run(runtime, dataset=f"beir:{beir_dir(tmp_path / 'beir')}", name="warmed")
+    assert run.items_done == len(QUERIES)
+    loop_thread = threading.get_ident()
+    assert events[0][0] == "warm-up" and events[0][1] != loop_thread
+    assert events[1:] == [("item", loop_thread)] * len(QUERIES)
 
 
 async def test_a_run_that_cannot_be_queued_says_so(runtime: Runtime, migrated_url: str, tmp_path: Path) -> None:
