@@ -136,6 +136,36 @@ async def test_semantic_failure_falls_back_to_keyword(store: PgVectorStore, corp
     assert result.candidates[0].ranks == {"keyword": 1}
 
 
+async def test_strategies_without_embeddings_do_not_wait_for_the_embedder(
+        store: PgVectorStore, local_embedder, corpus) -> None:  # noqa: ANN001
+    events: list[str] = []
+
+    class SlowEmbedder:  # the real model behind a network-like delay
+        name, dimension = local_embedder.name, local_embedder.dimension
+
+        async def embed(self, texts: Sequence[str]) -> np.ndarray:
+            await asyncio.sleep(0.3)
+            vectors = await local_embedder.embed(texts)
+            events.append("embedded")
+            return vectors
+
+    class Recorded:
+        def __init__(self, inner: RetrievalStrategy) -> None:
+            self.inner, self.name, self.needs_embedding = inner, inner.name, inner.needs_embedding
+
+        async def search(self, query: StrategyQuery) -> list[SearchHit]:
+            events.append(f"{self.name} started")
+            return await self.inner.search(query)
+
+    strategies = {name: Recorded(s) for name, s in strategies_for(store).items()}
+    retriever = Retriever(store, SlowEmbedder(), strategies, None, RetrievalConfig(adaptive=False))  # type: ignore[arg-type]
+    result = await retriever.retrieve(RetrievalRequest(
+        query="how long should I knead bread dough", filter=SearchFilter(collection=COLLECTION),
+        strategies=("semantic", "keyword")))
+    assert events.index("keyword started") < events.index("embedded") < events.index("semantic started")
+    assert keys(result, corpus)[0] == "bread" and {"semantic", "keyword"} <= result.candidates[0].ranks.keys()
+
+
 @pytest.mark.parametrize("mode, error", [("error", "Cohere rerank failed"), ("slow", "timed out")])
 async def test_reranker_failure_keeps_the_fused_order(store, local_embedder, corpus, mode, error) -> None:
     settings_ = load_settings(reranker="none")

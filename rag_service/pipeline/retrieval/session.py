@@ -1,5 +1,6 @@
-"""One retrieve() call's searches: embed each query once, run the strategies concurrently, record
-what each did, and fall back from semantic to keyword search when the semantic leg fails.
+"""One retrieve() call's searches: embed each query once, run the strategies concurrently (those that
+need no embedding without waiting for it), record what each did, and fall back from semantic to
+keyword search when the semantic leg fails.
 
 A later pass does not search again for what an earlier one already has: a rewritten query whose
 BM25 terms are the question's own (two in three of the rule-based rewrites on SciFact: the
@@ -58,13 +59,25 @@ class SearchSession:
                      weight_factor: float, only: Sequence[str] | None = None) -> list[RankedList]:
         names = [n for n in self.names if only is None or n in only] or list(only or [])
         strategies = [self._strategies[n] for n in names if n in self._strategies]
-        if any(s.needs_embedding for s in strategies):
-            await self._embed(queries)
+        # Only the semantic leg needs the query's embedding: the others start at once rather than
+        # wait for the embedder (a few ms locally, tens over the network).
+        embedded = (asyncio.ensure_future(self._embed(queries)) if any(s.needs_embedding for s in strategies)
+                    else None)
         jobs = [(s, q) for q in queries for s in strategies]
-        same = await self._same_results(strategies, queries, flt, depth)
-        results = await asyncio.gather(*[
-            self._reuse(s, q, flt, depth, same[(s.name, q)]) if (s.name, q) in same else self._run(s, q, flt, depth)
-            for s, q in jobs])
+        try:
+            same = await self._same_results(strategies, queries, flt, depth)
+
+            async def one(strategy: RetrievalStrategy, text: str) -> list[SearchHit] | None:
+                if (strategy.name, text) in same:
+                    return await self._reuse(strategy, text, flt, depth, same[(strategy.name, text)])
+                if strategy.needs_embedding and embedded is not None:
+                    await embedded
+                return await self._run(strategy, text, flt, depth)
+
+            results = await asyncio.gather(*[one(s, q) for s, q in jobs])
+        finally:
+            if embedded is not None and not embedded.done():  # a strategy raised: nothing waits for it now
+                embedded.cancel()
         lists = [RankedList(s.name, hits, weight_factor) for (s, _), hits in zip(jobs, results, strict=True)
                  if hits is not None]
         failed = {s.name for (s, _), hits in zip(jobs, results, strict=True) if hits is None}
