@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import itertools
 import logging
 import math
@@ -36,6 +35,7 @@ SCORERS = {  # metric -> the ragas class (and settings) that computes it
     "ragas_llm_context_precision": "ragas:ContextPrecisionWithReference",
     "ragas_llm_answer_correctness": "ragas:AnswerCorrectness",
 }
+log = logging.getLogger(__name__)
 _DEPTH = max(int(metric.split("@")[1]) for metric in IR_METRICS)  # no IR metric looks further down
 
 # --- retrieval --------------------------------------------------------------------------------------
@@ -81,10 +81,14 @@ def ir_metrics(qrels: Mapping[str, Mapping[str, int]],
 def warm_up_ir_metrics() -> None:
     """Import ranx and score one item, which loads (or compiles) its numba code: seconds on first use.
     Runners call it, in a thread, before items run concurrently: paid inside the first item it blocks
-    the event loop, and the other items' reranker timeouts fire on a wait they did not cause. Without
-    ranx it does nothing; the items then record why their IR metrics are missing."""
-    with contextlib.suppress(ImportError):
+    the event loop, and the other items' reranker timeouts fire on a wait they did not cause. It never
+    fails the run: without ranx, or when ranx fails, the items record why their IR metrics are missing."""
+    try:
         ir_metrics({"warm-up": {"doc": 1}}, {"warm-up": ["doc"]})
+    except ImportError:
+        pass
+    except Exception:
+        log.warning("ranx did not warm up; the items will try it themselves", exc_info=True)
 
 
 # --- SQuAD v1.1 -------------------------------------------------------------------------------------

@@ -324,3 +324,16 @@ async def test_llm_metrics_skip_what_they_cannot_judge(server: FakeOpenAI) -> No
     assert values["ragas_llm_context_recall"] == values["ragas_llm_context_precision"] == 0.0
     assert scorers["ragas_llm_answer_correctness"] == "ragas:AnswerCorrectness (not scored: no answer)"
     assert server.requests == []
+
+
+def test_a_failing_ranx_warm_up_is_logged_and_does_not_fail_the_run(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[object] = []
+
+    def broken(*args: object) -> dict[str, dict[str, float]]:
+        calls.append(args)
+        raise RuntimeError("numba cache unreadable")
+
+    monkeypatch.setattr(metrics_module, "ir_metrics", broken)
+    metrics_module.warm_up_ir_metrics()
+    assert calls and "ranx did not warm up" in caplog.text and "numba cache unreadable" in caplog.text

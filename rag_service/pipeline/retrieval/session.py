@@ -49,11 +49,10 @@ class SearchSession:
             return
         try:
             vectors = await self._embedder.embed(todo)
+            self.embeddings.update(zip(todo, vectors, strict=True))  # a wrong count of vectors fails here
         except Exception as exc:  # the semantic leg fails; the others go on (and keyword stands in)
             self.embed_error = f"embedding the query failed: {type(exc).__name__}: {exc}"
             log.warning(self.embed_error)
-            return
-        self.embeddings.update(zip(todo, vectors, strict=True))
 
     async def search(self, queries: Sequence[str], flt: SearchFilter, depth: int,
                      weight_factor: float, only: Sequence[str] | None = None) -> list[RankedList]:
@@ -76,7 +75,9 @@ class SearchSession:
 
             results = await asyncio.gather(*[one(s, q) for s, q in jobs])
         finally:
-            if embedded is not None and not embedded.done():  # a strategy raised: nothing waits for it now
+            # Nothing awaited it: a strategy raised, the search was cancelled (the adaptive loop's
+            # time budget), or every semantic result was reused from an earlier pass.
+            if embedded is not None and not embedded.done():
                 embedded.cancel()
         lists = [RankedList(s.name, hits, weight_factor) for (s, _), hits in zip(jobs, results, strict=True)
                  if hits is not None]
