@@ -32,13 +32,14 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from benchmarks.datasets import DATA
 from rag_service.domain import METRICS, EvidenceContext
 from rag_service.scoring.evidence import ScoringInput
 from rag_service.scoring.local import score_metrics
 from rag_service.text.facts import facts, tokens
 from rag_service.text.sentences import split_sentences
 
-DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "xquad_en" / "xquad_en_flat.jsonl"
+DEFAULT_DATA = DATA / "xquad_en" / "xquad_en_flat.jsonl"
 GOALS = {"faithfulness": ("all", 0.95), "correctness": ("all", 0.95), "relevance": ("unrelated", 0.90)}
 _YEAR = re.compile(r"^(1[0-9]{3}|20[0-9]{2})s?$")
 

@@ -24,6 +24,17 @@ EXTERNAL_DATABASE_URL = os.environ.get("RAGSVC_DATABASE_URL")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
+# The pipeline's wall-clock limits: the adaptive loop's time budget (400 ms) and the reranker's
+# timeout (2 s). On a slow or busy VM either can fire and change what a query finds (CI,
+# 2026-11-26: a question skipped relaxing its date filter). Tests about what the pipeline decides
+# lift them; tests about the limits set their own.
+NO_WALL_CLOCK_LIMITS: dict[str, int] = {"adaptive_time_budget_ms": 60_000, "rerank_timeout_s": 60}
+
+
+def settings_env(values: dict[str, int]) -> dict[str, str]:
+    """Settings as the RAGSVC_* environment variables a subprocess reads."""
+    return {f"RAGSVC_{name.upper()}": str(value) for name, value in values.items()}
+
 
 def scratch_dir(prefix: str) -> Path:
     """A temp folder the embedded server's unprivileged user can reach (pytest's tmp_path is

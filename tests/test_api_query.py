@@ -21,6 +21,7 @@ from rag_service.config import get_settings, load_settings
 from rag_service.domain import QueryRequest
 from rag_service.errors import InvalidInputError
 from tests.apps import ingest_and_wait
+from tests.conftest import NO_WALL_CLOCK_LIMITS
 
 DOCS = [
     ("hnsw.md", "HNSW", "HNSW is a graph-based index for approximate nearest neighbour search. It builds a layered "
@@ -42,11 +43,8 @@ def _ingest(client: TestClient, collection: str) -> None:
 
 @pytest.fixture(scope="module")
 def client(migrated_url: str):
-    # The adaptive loop's time budget (400 ms) and the reranker's timeout (2 s) are wall-clock limits: on a
-    # slow VM a stall let a question skip relaxing its date filter (CI, 2026-11-26). Limits never reached
-    # keep these tests about what the pipeline decides, not about timing.
     settings = load_settings(database_url=migrated_url, serve_worker="on", worker_heartbeat_s=1,
-                             adaptive_time_budget_ms=60_000, rerank_timeout_s=60)
+                             **NO_WALL_CLOCK_LIMITS)
     with TestClient(create_app(settings)) as test_client:
         _ingest(test_client, "kb")
         restricted = test_client.post("/v1/documents", json={
