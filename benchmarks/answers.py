@@ -18,7 +18,9 @@ answers) and each of the 1,190 questions is POSTed to /v1/query:
   and the expected calibration error of the confidence (10 equal-width bins; an answer is right
   when its first citation is the answer's paragraph);
 - abstention: every question again, asked of the collection without its own paragraph
-  (``xquad-minus-k``, see datasets.xquad_without_gold): the share answered ``no_answer``;
+  (``xquad-minus-k``, see datasets.xquad_without_gold): the share answered ``no_answer``; and once
+  more, asked of the collection without its whole article (``xquad-minus-articles-g``,
+  datasets.xquad_without_article), where the documents hold nothing on its subject;
 - latency over HTTP at concurrency 1 (p50/p95 of each request, goal p95 <= 150 ms), and
   throughput at concurrency N (default 16; goal >= 50 queries/s): all questions again, N at a time.
 
@@ -40,7 +42,16 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from benchmarks.datasets import BENCH_DATA, DATA, ingest_once, open_runtime, xquad, xquad_rows, xquad_without_gold
+from benchmarks.datasets import (
+    BENCH_DATA,
+    DATA,
+    ingest_once,
+    open_runtime,
+    xquad,
+    xquad_rows,
+    xquad_without_article,
+    xquad_without_gold,
+)
 from benchmarks.server import ServerFailed, serve
 from evaluation.metrics import normalize as normalize  # re-exported: train_answerability uses it
 from rag_service.domain import REFERENCE_CORRECTNESS, EvalRunRequest
@@ -126,8 +137,11 @@ def main() -> None:
     paragraph_of = {qid: next(iter(rel)) for qid, rel in dataset.qrels.items()}
     without = xquad_without_gold()
     collection_without = {qid: d.collection for d in without for qid in d.qrels}
+    off_topic = xquad_without_article()
+    collection_off_topic = {qid: d.collection for d in off_topic for qid in d.qrels}
 
-    report = ingest_once(args.data_dir, *without, dataset)  # closed again: nothing of ours runs while measured
+    # Closed again once ingested: nothing of ours runs while measured.
+    report = ingest_once(args.data_dir, *without, *off_topic, dataset)
     log(f"ingest: {report['documents']} in {report['seconds']:.1f} s")
     figures: dict = {"benchmark": "answers", "dataset": "xquad-en", "questions": len(rows),
                      "date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": {
@@ -142,6 +156,8 @@ def main() -> None:
             log(f"concurrency {args.concurrency}: {len(rows)} questions in {wall_n:.1f} s")
             removed, _, _ = asyncio.run(ask_all(base, rows, args.concurrency, collection_without))
             log(f"without their paragraphs: {len(rows)} questions")
+            other_articles, _, _ = asyncio.run(ask_all(base, rows, args.concurrency, collection_off_topic))
+            log(f"without their articles: {len(rows)} questions")
     except ServerFailed as exc:
         figures["error"] = str(exc)
         log(json.dumps(figures))
@@ -162,6 +178,7 @@ def main() -> None:
             confidences.append(result["confidence"])
             rights.append(hits[-1])
     abstained = [r is not None and r.get("outcome") == "no_answer" for r in removed]
+    abstained_off_topic = [r is not None and r.get("outcome") == "no_answer" for r in other_articles]
     run = asyncio.run(answer_quality(args.data_dir, args.limit))
     log(f"eval run {run['id']}: {run['items_done']} items; report: ragsvc eval report {run['id']}")
 
@@ -172,6 +189,7 @@ def main() -> None:
         "responses": len(rows) - len(errors), "errors": len(errors),
         "answered_rate": round(outcomes["answered"] / len(rows), 4),
         "abstention_rate_without_paragraph": round(sum(abstained) / len(rows), 4),
+        "abstention_rate_without_article": round(sum(abstained_off_topic) / len(rows), 4),
         "expected_calibration_error": round(expected_calibration_error(np.array(confidences), np.array(rights)), 4)
         if confidences else None, "outcomes": dict(outcomes), "generators": dict(generators),
         "exact_match": run["exact_match"], "token_f1": run["token_f1"],
@@ -189,6 +207,7 @@ def main() -> None:
     })
     for key in ("answered_rate", "citation_hit_rate", "short_answer_rate", "exact_match_short_answers_only",
                 "token_f1_short_answers_only", "expected_calibration_error", "abstention_rate_without_paragraph",
+                "abstention_rate_without_article",
                 "exact_match", "token_f1", "semantic_similarity", "seven_metrics", "correctness_vs_reference",
                 "latency_ms_c1",
                 "throughput_qps_c1", f"throughput_qps_c{args.concurrency}"):

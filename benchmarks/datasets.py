@@ -95,6 +95,27 @@ def xquad_without_gold() -> list[RetrievalSet]:
     return folds
 
 
+def xquad_without_article() -> list[RetrievalSet]:
+    """XQuAD with each question's whole article removed, as five collections:
+    ``xquad-minus-articles-g`` holds every article but the g-th fifth (articles in title order,
+    every fifth one). A question is asked of the collection without its article: the documents
+    hold nothing on its subject, only other articles that may share its words (the "questions
+    paired with other articles" of issue 16). Its qrels name its own paragraph, which is absent."""
+    full = xquad()
+    rows = [json.loads(line) for line in _lines(full.corpus)]
+    titles = sorted({row["title"] for row in rows})
+    fold_of = {title: i % XQUAD_FOLDS for i, title in enumerate(titles)}
+    article = {row["_id"]: row["title"] for row in rows}
+    folds = []
+    for g in range(XQUAD_FOLDS):
+        corpus = BENCH_DATA / f"xquad_corpus_minus_articles_{g}.jsonl"
+        corpus.write_text("".join(json.dumps(row) + "\n" for row in rows if fold_of[row["title"]] != g))
+        asked = {q: rel for q, rel in full.qrels.items() if fold_of[article[next(iter(rel))]] == g}
+        folds.append(RetrievalSet(f"xquad-en-minus-articles-{g}", f"xquad-minus-articles-{g}",
+                                  {q: full.queries[q] for q in asked}, asked, corpus))
+    return folds
+
+
 def open_runtime(data_dir: Path, **overrides: object) -> Runtime:
     """A Runtime on a persistent benchmark data dir (or RAGSVC_DATABASE_URL when set)."""
     return Runtime.open(load_settings(data_dir=data_dir, **overrides))

@@ -10,6 +10,7 @@ import uuid
 import numpy as np
 import pytest
 
+from rag_service.config import Settings
 from rag_service.domain import Candidate, SearchHit
 from rag_service.errors import ProviderError
 from rag_service.pipeline.generation.answerability import (
@@ -21,7 +22,7 @@ from rag_service.pipeline.generation.answerability import (
     default_model,
     undecided,
 )
-from rag_service.pipeline.generation.extractive import ExtractiveGenerator
+from rag_service.pipeline.generation.extractive import ABSTAIN_BELOW, ExtractiveGenerator
 from rag_service.pipeline.generation.spans import ShortAnswerModel, candidates, scored_candidates, short_answer
 from rag_service.text.questions import expected_kind, focus
 
@@ -85,6 +86,12 @@ def test_shipped_models_are_trained_and_match_the_code() -> None:
         assert model.weights[ALIGNED_FEATURES.index("align_mean")] > 0  # a closer match, more likely answered
     spans = ShortAnswerModel.default()
     assert 0 < spans.threshold < 1 and "XQuAD" in spans.weights.trained_on
+
+
+def test_the_default_abstention_threshold_is_the_operating_point_the_training_chose() -> None:
+    # Retraining moves the operating point with the model (train_answerability.py writes it there).
+    assert default_model().threshold == ABSTAIN_BELOW == Settings().answer_abstain_below
+    assert "without their article" in default_model().trained_on
 
 
 def _evidence(question: str, sentence: str, cosines: list[float]) -> Evidence:
