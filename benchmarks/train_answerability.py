@@ -80,8 +80,8 @@ SPAN_THRESHOLDS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7)
 SPAN_PRECISION = 0.60
 CASCADE_THRESHOLDS = (0.06, 0.07, 0.08, 0.09, 0.1, 0.15, 0.2)
 # The shipped abstention threshold answers at least this share of the full-collection questions out
-# of fold: issue 16's 0.95 of all questions, with room for the ~1% that get a clarification instead.
-ANSWERED_TARGET = 0.96
+# of fold: issue 16's 0.95 of all questions, of which ~1% get a clarification instead (0.95 / 0.992).
+ANSWERED_TARGET = 0.958
 
 
 def log(message: str) -> None:

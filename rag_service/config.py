@@ -159,7 +159,7 @@ class Settings(BaseSettings):
                     "0.685 -> 0.723 at no measurable latency); ignored with a remote embedder.",
     )
     answer_abstain_below: float = Field(
-        default=0.07, ge=0, le=1,
+        default=0.08, ge=0, le=1,
         description="The extractive answer says the documents do not answer (outcome no_answer) when the "
                     "answerability model's probability that its best passage holds the answer is below this; "
                     "0 never abstains.",

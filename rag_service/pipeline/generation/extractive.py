@@ -70,7 +70,7 @@ NOT_IN_DOCUMENTS = ("The documents in this collection do not appear to answer th
                     "are given with this answer, in case the answer is phrased in a way I did not recognise.")
 # The default abstention threshold on the answerability probability: the operating point the training
 # chose (train_answerability.py; the model file records it, and a test keeps the two equal).
-ABSTAIN_BELOW = 0.07
+ABSTAIN_BELOW = 0.08
 
 
 @dataclass(frozen=True)
