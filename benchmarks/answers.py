@@ -24,7 +24,9 @@ answers) and each of the 1,190 questions is POSTed to /v1/query:
 - latency over HTTP at concurrency 1 (p50/p95 of each request, goal p95 <= 150 ms), and
   throughput at concurrency N (default 16; goal >= 50 queries/s): all questions again, N at a time.
 
-Ends with one JSON line of every figure.
+Ends with one JSON line of every figure. ``--outcomes FILE`` also saves each question's outcome in
+each setting (and whether its first citation is the paragraph); ``--against FILE`` compares this
+run with such a file question by question (exact McNemar test), for side-by-side runs of two codes.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from scipy.stats import binomtest
 
 from benchmarks.datasets import (
     BENCH_DATA,
@@ -59,6 +62,36 @@ from rag_service.domain import REFERENCE_CORRECTNESS, EvalRunRequest
 
 def log(message: str) -> None:
     print(message, flush=True)
+
+
+# What counts as the right outcome in each setting of --outcomes: answering where the answer is in
+# the collection (and citing its paragraph first), abstaining where it is not.
+WANTED = {"answered": ("full", "answered"), "hit_at_1": ("hit", True),
+          "abstained_without_paragraph": ("removed", "no_answer"),
+          "abstained_without_article": ("article", "no_answer")}
+
+
+def paired_change(before: list[bool], after: list[bool]) -> dict:
+    """How a yes/no result changed question by question between two runs: how many questions
+    gained it, how many lost it, and the two-sided exact McNemar p-value (under no change the
+    discordant questions split evenly: a binomial test, scipy.stats.binomtest, on them)."""
+    if len(before) != len(after):
+        raise ValueError(f"the runs differ in length: {len(before)} and {len(after)} questions")
+    gained = sum(1 for b, a in zip(before, after, strict=True) if a and not b)
+    lost = sum(1 for b, a in zip(before, after, strict=True) if b and not a)
+    p_value = binomtest(gained, gained + lost, 0.5).pvalue if gained + lost else 1.0
+    return {"before": round(sum(before) / len(before), 4), "after": round(sum(after) / len(after), 4),
+            "gained": gained, "lost": lost, "mcnemar_p": float(p_value)}
+
+
+def compare_outcomes(before: dict, after: dict) -> dict:
+    """``paired_change`` of every WANTED result over the questions both --outcomes files hold."""
+    out = {}
+    for name, (setting, wanted) in WANTED.items():
+        ids = sorted(set(before[setting]) & set(after[setting]))
+        out[name] = paired_change([before[setting][q] == wanted for q in ids],
+                                  [after[setting][q] == wanted for q in ids])
+    return out
 
 
 def expected_calibration_error(probability: np.ndarray, label: np.ndarray, bins: int = 10) -> float:
@@ -128,7 +161,11 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=BENCH_DATA / "xquad")
     parser.add_argument("--limit", type=int, default=None, help="Only the first N questions (smoke test).")
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--outcomes", type=Path, help="Save each question's outcome in each setting here (JSON).")
+    parser.add_argument("--against", type=Path,
+                        help="An --outcomes file of another run: compare with it question by question.")
     args = parser.parse_args()
+    previous = json.loads(args.against.read_text()) if args.against else None  # fail before the long run
 
     dataset = xquad()  # writes the paragraphs as a BEIR corpus under .bench-data
     rows = xquad_rows()
@@ -212,6 +249,20 @@ def main() -> None:
                 "latency_ms_c1",
                 "throughput_qps_c1", f"throughput_qps_c{args.concurrency}"):
         log(f"{key:28s} {figures[key]}")
+    outcomes = {
+        "full": {row["id"]: (r or {}).get("outcome", "error") for row, r in zip(rows, results, strict=True)},
+        "hit": {row["id"]: bool(r and (r.get("citations") or [{}])[0].get("source_uri") == paragraph_of[row["id"]])
+                for row, r in zip(rows, results, strict=True)},
+        "removed": {row["id"]: (r or {}).get("outcome", "error") for row, r in zip(rows, removed, strict=True)},
+        "article": {row["id"]: (r or {}).get("outcome", "error") for row, r in zip(rows, other_articles, strict=True)},
+    }
+    if args.outcomes:
+        args.outcomes.write_text(json.dumps(outcomes))
+    if previous is not None:
+        figures["paired_against"] = {"file": str(args.against), **compare_outcomes(previous, outcomes)}
+        for name, change in figures["paired_against"].items():
+            if name != "file":
+                log(f"{name:28s} {change}")
     log(json.dumps(figures))
 
 

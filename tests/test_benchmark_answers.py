@@ -1,0 +1,37 @@
+"""The answers benchmark's paired comparison of two runs (benchmarks/answers.py --against)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.answers import compare_outcomes, paired_change
+
+
+def test_a_one_sided_change_is_significant_and_a_balanced_one_is_not() -> None:
+    # 20 questions gained, none lost: the exact two-sided McNemar p is 2 * 0.5^20.
+    change = paired_change([False] * 20 + [True] * 80, [True] * 100)
+    assert change["gained"] == 20 and change["lost"] == 0
+    assert change["mcnemar_p"] == pytest.approx(2 * 0.5**20)
+    assert (change["before"], change["after"]) == (0.8, 1.0)
+    # As many lost as gained: no evidence of a change.
+    balanced = paired_change([True] * 10 + [False] * 10, [False] * 10 + [True] * 10)
+    assert (balanced["gained"], balanced["lost"], balanced["mcnemar_p"]) == (10, 10, 1.0)
+    # Questions that agree carry no information: only the discordant ones count.
+    assert paired_change([True, False], [True, False])["mcnemar_p"] == 1.0
+
+
+def test_runs_of_different_lengths_are_refused() -> None:
+    with pytest.raises(ValueError, match="differ in length"):
+        paired_change([True], [True, False])
+
+
+def test_outcome_files_are_compared_on_the_questions_both_hold() -> None:
+    before = {"full": {"q1": "answered", "q2": "no_answer"}, "hit": {"q1": True, "q2": False},
+              "removed": {"q1": "answered", "q2": "answered"}, "article": {"q1": "no_answer", "q2": "answered"}}
+    after = {"full": {"q1": "answered", "q2": "answered", "q3": "answered"}, "hit": {"q1": True, "q2": True},
+             "removed": {"q1": "no_answer", "q2": "answered"}, "article": {"q1": "no_answer", "q2": "no_answer"}}
+    change = compare_outcomes(before, after)
+    assert change["answered"]["gained"] == 1 and change["answered"]["after"] == 1.0  # q3 is in one run only
+    assert change["abstained_without_paragraph"]["gained"] == 1
+    assert change["abstained_without_article"] == {"before": 0.5, "after": 1.0, "gained": 1, "lost": 0,
+                                                   "mcnemar_p": 1.0}
