@@ -77,11 +77,28 @@ def paired_change(before: list[bool], after: list[bool]) -> dict:
     discordant questions split evenly: a binomial test, scipy.stats.binomtest, on them)."""
     if len(before) != len(after):
         raise ValueError(f"the runs differ in length: {len(before)} and {len(after)} questions")
+    if not before:
+        raise ValueError("no questions to compare")
     gained = sum(1 for b, a in zip(before, after, strict=True) if a and not b)
     lost = sum(1 for b, a in zip(before, after, strict=True) if b and not a)
     p_value = binomtest(gained, gained + lost, 0.5).pvalue if gained + lost else 1.0
     return {"before": round(sum(before) / len(before), 4), "after": round(sum(after) / len(after), 4),
             "gained": gained, "lost": lost, "mcnemar_p": float(p_value)}
+
+
+def load_outcomes(path: Path, ids: list[str]) -> dict:
+    """An --outcomes file, checked before the long run: every setting present, and questions in
+    common with this run's in each."""
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path} is not a readable --outcomes file: {exc}") from exc
+    for setting, _ in WANTED.values():
+        if not isinstance(saved.get(setting), dict):
+            raise ValueError(f"{path} has no {setting!r} outcomes: write it with this version's --outcomes")
+        if not set(saved[setting]) & set(ids):
+            raise ValueError(f"{path} has no question in common with this run in {setting!r} (another --limit?)")
+    return saved
 
 
 def compare_outcomes(before: dict, after: dict) -> dict:
@@ -165,12 +182,15 @@ def main() -> None:
     parser.add_argument("--against", type=Path,
                         help="An --outcomes file of another run: compare with it question by question.")
     args = parser.parse_args()
-    previous = json.loads(args.against.read_text()) if args.against else None  # fail before the long run
 
     dataset = xquad()  # writes the paragraphs as a BEIR corpus under .bench-data
     rows = xquad_rows()
     if args.limit:
         rows = rows[: args.limit]
+    try:
+        previous = load_outcomes(args.against, [row["id"] for row in rows]) if args.against else None
+    except ValueError as exc:
+        parser.error(str(exc))  # before the long run, not after it
     paragraph_of = {qid: next(iter(rel)) for qid, rel in dataset.qrels.items()}
     without = xquad_without_gold()
     collection_without = {qid: d.collection for d in without for qid in d.qrels}
@@ -249,7 +269,7 @@ def main() -> None:
                 "latency_ms_c1",
                 "throughput_qps_c1", f"throughput_qps_c{args.concurrency}"):
         log(f"{key:28s} {figures[key]}")
-    outcomes = {
+    per_question = {
         "full": {row["id"]: (r or {}).get("outcome", "error") for row, r in zip(rows, results, strict=True)},
         "hit": {row["id"]: bool(r and (r.get("citations") or [{}])[0].get("source_uri") == paragraph_of[row["id"]])
                 for row, r in zip(rows, results, strict=True)},
@@ -257,9 +277,9 @@ def main() -> None:
         "article": {row["id"]: (r or {}).get("outcome", "error") for row, r in zip(rows, other_articles, strict=True)},
     }
     if args.outcomes:
-        args.outcomes.write_text(json.dumps(outcomes))
+        args.outcomes.write_text(json.dumps(per_question))
     if previous is not None:
-        figures["paired_against"] = {"file": str(args.against), **compare_outcomes(previous, outcomes)}
+        figures["paired_against"] = {"file": str(args.against), **compare_outcomes(previous, per_question)}
         for name, change in figures["paired_against"].items():
             if name != "file":
                 log(f"{name:28s} {change}")

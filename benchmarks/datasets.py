@@ -71,6 +71,7 @@ def xquad() -> RetrievalSet:
 
 
 XQUAD_FOLDS = 5  # every XQuAD article has five paragraphs
+ARTICLE_FOLDS = 5  # collections without a fifth of the articles each (xquad_without_article)
 
 
 def xquad_without_gold() -> list[RetrievalSet]:
@@ -104,10 +105,10 @@ def xquad_without_article() -> list[RetrievalSet]:
     full = xquad()
     rows = [json.loads(line) for line in _lines(full.corpus)]
     titles = sorted({row["title"] for row in rows})
-    fold_of = {title: i % XQUAD_FOLDS for i, title in enumerate(titles)}
+    fold_of = {title: i % ARTICLE_FOLDS for i, title in enumerate(titles)}
     article = {row["_id"]: row["title"] for row in rows}
     folds = []
-    for g in range(XQUAD_FOLDS):
+    for g in range(ARTICLE_FOLDS):
         corpus = BENCH_DATA / f"xquad_corpus_minus_articles_{g}.jsonl"
         corpus.write_text("".join(json.dumps(row) + "\n" for row in rows if fold_of[row["title"]] != g))
         asked = {q: rel for q, rel in full.qrels.items() if fold_of[article[next(iter(rel))]] == g}

@@ -257,6 +257,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.reuse and ROWS.exists():
         examples = [json.loads(line) for line in ROWS.read_text().splitlines()]
+        missing = {"full", "removed", "article"} - {e["setting"] for e in examples}
+        if missing:
+            parser.error(f"{ROWS} has no {sorted(missing)} examples (saved by an older version): run without --reuse")
     else:
         examples = asyncio.run(collect(args.data_dir))
         ROWS.write_text("".join(json.dumps(e) + "\n" for e in examples))
@@ -284,9 +287,14 @@ def operating_point(decisions: dict) -> float:
     """The abstention threshold to ship: the highest whose cascade (the aligned model asked within
     ALIGN_MARGIN of it, as the generator does) still answers ANSWERED_TARGET of the full-collection
     questions out of fold; the lowest tried when none does."""
-    met = [float(key.split("/")[0]) for key, row in decisions.items()
-           if float(key.split("/")[1]) == ALIGN_MARGIN and row["answered_full"] >= ANSWERED_TARGET]
-    return max(met, default=min(CASCADE_THRESHOLDS))
+    at_margin = {float(key.split("/")[0]): row for key, row in decisions.items()
+                 if math.isclose(float(key.split("/")[1]), ALIGN_MARGIN)}
+    if not at_margin:
+        raise ValueError(f"cascade() tried no margin equal to the generator's ({ALIGN_MARGIN})")
+    met = [t for t, row in at_margin.items() if row["answered_full"] >= ANSWERED_TARGET]
+    if not met:
+        log(f"WARNING: no threshold answers {ANSWERED_TARGET} of the full collection; shipping the lowest tried")
+    return max(met, default=min(at_margin))
 
 
 def cascade(default: np.ndarray, aligned: np.ndarray, y: np.ndarray, setting: np.ndarray) -> dict:
@@ -297,7 +305,7 @@ def cascade(default: np.ndarray, aligned: np.ndarray, y: np.ndarray, setting: np
     full, removed, article = setting == "full", setting == "removed", setting == "article"
     out: dict = {}
     for t in CASCADE_THRESHOLDS:
-        for margin in (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, math.inf):
+        for margin in sorted({0.5, 0.75, 1.0, 1.25, 1.5, 2.0, math.inf, ALIGN_MARGIN}):
             near = np.array([undecided(p, t, margin) for p in default])
             p = np.where(near, aligned, default)
             answered = p[full] >= t
@@ -307,7 +315,8 @@ def cascade(default: np.ndarray, aligned: np.ndarray, y: np.ndarray, setting: np
                 "abstained_removed": _share(p[removed] < t),
                 "abstained_article": _share(p[article] < t),
                 "aligned_full": round(float(near[full].mean()), 4),
-                "aligned_removed": _share(near[removed])}
+                "aligned_removed": _share(near[removed]),
+                "aligned_article": _share(near[article])}
     return out
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from benchmarks.answers import compare_outcomes, paired_change
+from benchmarks.answers import compare_outcomes, load_outcomes, paired_change
 
 
 def test_a_one_sided_change_is_significant_and_a_balanced_one_is_not() -> None:
@@ -20,9 +23,27 @@ def test_a_one_sided_change_is_significant_and_a_balanced_one_is_not() -> None:
     assert paired_change([True, False], [True, False])["mcnemar_p"] == 1.0
 
 
-def test_runs_of_different_lengths_are_refused() -> None:
+def test_runs_of_different_lengths_or_none_are_refused() -> None:
     with pytest.raises(ValueError, match="differ in length"):
         paired_change([True], [True, False])
+    with pytest.raises(ValueError, match="no questions"):
+        paired_change([], [])
+
+
+def test_an_outcomes_file_is_checked_before_the_run(tmp_path: Path) -> None:
+    saved = {"full": {"q1": "answered"}, "hit": {"q1": True}, "removed": {"q1": "no_answer"},
+             "article": {"q1": "no_answer"}}
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(saved))
+    assert load_outcomes(good, ["q1", "q2"]) == saved
+    with pytest.raises(ValueError, match="no question in common"):
+        load_outcomes(good, ["q9"])
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({k: v for k, v in saved.items() if k != "article"}))
+    with pytest.raises(ValueError, match="no 'article' outcomes"):
+        load_outcomes(old, ["q1"])
+    with pytest.raises(ValueError, match="not a readable"):
+        load_outcomes(tmp_path / "missing.json", ["q1"])
 
 
 def test_outcome_files_are_compared_on_the_questions_both_hold() -> None:
