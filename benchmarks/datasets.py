@@ -86,14 +86,7 @@ def xquad_without_gold() -> list[RetrievalSet]:
     for row in rows:
         position[row["_id"]] = seen.get(row["title"], 0)
         seen[row["title"]] = position[row["_id"]] + 1
-    folds = []
-    for k in range(XQUAD_FOLDS):
-        corpus = BENCH_DATA / f"xquad_corpus_minus_{k}.jsonl"
-        corpus.write_text("".join(json.dumps(row) + "\n" for row in rows if position[row["_id"]] != k))
-        asked = {q: rel for q, rel in full.qrels.items() if position[next(iter(rel))] == k}
-        folds.append(RetrievalSet(f"xquad-en-minus-{k}", f"xquad-minus-{k}",
-                                  {q: full.queries[q] for q in asked}, asked, corpus))
-    return folds
+    return _without_folds(full, rows, position, XQUAD_FOLDS, "minus")
 
 
 def xquad_without_article() -> list[RetrievalSet]:
@@ -104,17 +97,23 @@ def xquad_without_article() -> list[RetrievalSet]:
     paired with other articles" of issue 16). Its qrels name its own paragraph, which is absent."""
     full = xquad()
     rows = [json.loads(line) for line in _lines(full.corpus)]
-    titles = sorted({row["title"] for row in rows})
-    fold_of = {title: i % ARTICLE_FOLDS for i, title in enumerate(titles)}
-    article = {row["_id"]: row["title"] for row in rows}
-    folds = []
-    for g in range(ARTICLE_FOLDS):
-        corpus = BENCH_DATA / f"xquad_corpus_minus_articles_{g}.jsonl"
-        corpus.write_text("".join(json.dumps(row) + "\n" for row in rows if fold_of[row["title"]] != g))
-        asked = {q: rel for q, rel in full.qrels.items() if fold_of[article[next(iter(rel))]] == g}
-        folds.append(RetrievalSet(f"xquad-en-minus-articles-{g}", f"xquad-minus-articles-{g}",
-                                  {q: full.queries[q] for q in asked}, asked, corpus))
-    return folds
+    fold_of_title = {title: i % ARTICLE_FOLDS for i, title in enumerate(sorted({row["title"] for row in rows}))}
+    fold = {row["_id"]: fold_of_title[row["title"]] for row in rows}
+    return _without_folds(full, rows, fold, ARTICLE_FOLDS, "minus-articles")
+
+
+def _without_folds(full: RetrievalSet, rows: list[dict], fold: dict[str, int], folds: int,
+                   label: str) -> list[RetrievalSet]:
+    """One collection per fold g, ``xquad-{label}-g``, holding every paragraph outside fold g; a
+    question is asked of the one without its paragraph's fold (written under .bench-data)."""
+    sets = []
+    for g in range(folds):
+        corpus = BENCH_DATA / f"xquad_corpus_{label.replace('-', '_')}_{g}.jsonl"
+        corpus.write_text("".join(json.dumps(row) + "\n" for row in rows if fold[row["_id"]] != g))
+        asked = {q: rel for q, rel in full.qrels.items() if fold[next(iter(rel))] == g}
+        sets.append(RetrievalSet(f"xquad-en-{label}-{g}", f"xquad-{label}-{g}",
+                                 {q: full.queries[q] for q in asked}, asked, corpus))
+    return sets
 
 
 def open_runtime(data_dir: Path, **overrides: object) -> Runtime:

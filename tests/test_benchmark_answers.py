@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import datasets
 from benchmarks.answers import compare_outcomes, load_outcomes, paired_change
 
 
@@ -56,3 +57,16 @@ def test_outcome_files_are_compared_on_the_questions_both_hold() -> None:
     assert change["abstained_without_paragraph"]["gained"] == 1
     assert change["abstained_without_article"] == {"before": 0.5, "after": 1.0, "gained": 1, "lost": 0,
                                                    "mcnemar_p": 1.0}
+
+
+def test_each_question_is_asked_of_a_collection_without_its_article(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    monkeypatch.setattr(datasets, "BENCH_DATA", tmp_path)  # the corpora are written there
+    full = datasets.xquad()
+    title = {json.loads(line)["_id"]: json.loads(line)["title"] for line in full.corpus.read_text().splitlines()}
+    folds = datasets.xquad_without_article()
+    assert sorted(q for fold in folds for q in fold.queries) == sorted(full.queries)  # every question, once
+    for fold in folds:
+        kept = {json.loads(line)["title"] for line in fold.corpus.read_text().splitlines()}
+        asked_about = {title[paragraph] for rel in fold.qrels.values() for paragraph in rel}
+        assert kept and asked_about and not kept & asked_about
