@@ -76,6 +76,18 @@ def test_extractive_answers_each_sub_question() -> None:
     assert {c.source_uri for c in answer.citations} == {"panthers", "broncos"}
 
 
+def test_a_heading_that_only_repeats_the_question_is_not_the_answer() -> None:
+    # The chunk starts with its document's title on a line of its own: it covers every word of the
+    # question and says nothing, so the sentence that adds the fact is the answer.
+    chunk = candidate("Super Bowl 50\n\nLady Gaga performed the national anthem before Super Bowl 50.", "sb50")
+    answer = ExtractiveGenerator(abstain_below=0.0).extract("Who sang the anthem at Super Bowl 50?", [], [chunk])
+    assert answer.claims and answer.claims[0].text.startswith("Lady Gaga")
+    assert all(claim.text.strip() != "Super Bowl 50" for claim in answer.claims)
+    # When nothing else is there, the heading is still all the context offers.
+    only = candidate("Super Bowl 50", "heading")
+    assert ExtractiveGenerator(abstain_below=0.0).extract("Super Bowl 50?", [], [only]).claims
+
+
 def test_extractive_with_no_context_says_so() -> None:
     answer = ExtractiveGenerator().extract("anything", [], [])
     assert answer.citations == [] and answer.confidence == 0.0 and "could not find" in answer.answer

@@ -173,9 +173,13 @@ class ExtractiveGenerator:
         evidence: Evidence | None = None
         for index, q in enumerate([question, *sub_questions]):
             q_terms = set(terms(q))
+            # A sentence with no term beyond the question's (a heading or title on its own line, the
+            # question restated) cannot answer it, however well it covers it: such sentences compete
+            # only when the context holds nothing else.
+            informative = [(p, t) for p, t in zip(pool, sentence_terms, strict=True) if not set(t) <= q_terms]
             scored = sorted(
                 (_Scored(p.context, p.sentence, _coverage(q_terms, set(t), idf) + _RANK_PRIOR / p.context)
-                 for p, t in zip(pool, sentence_terms, strict=True)),
+                 for p, t in informative or zip(pool, sentence_terms, strict=True)),
                 key=lambda s: (-s.score, s.context, s.sentence.start),
             )
             top = scored[0]
