@@ -83,6 +83,10 @@ def test_a_heading_that_only_repeats_the_question_is_not_the_answer() -> None:
     answer = ExtractiveGenerator(abstain_below=0.0).extract("Who sang the anthem at Super Bowl 50?", [], [chunk])
     assert answer.claims and answer.claims[0].text.startswith("Lady Gaga")
     assert all(claim.text.strip() != "Super Bowl 50" for claim in answer.claims)
+    # The document's title on its own line is not an answer even when it holds other words.
+    titled = candidate("Victoria (Australia)\n\nIts capital is Melbourne.", "victoria (australia)")
+    answer = ExtractiveGenerator(abstain_below=0.0).extract("What is the capital of Victoria?", [], [titled])
+    assert [claim.text for claim in answer.claims] == ["Its capital is Melbourne."]
     # When nothing else is there, the heading is still all the context offers.
     only = candidate("Super Bowl 50", "heading")
     assert ExtractiveGenerator(abstain_below=0.0).extract("Super Bowl 50?", [], [only]).claims

@@ -161,8 +161,12 @@ class ExtractiveGenerator:
         None when the context holds no sentence."""
         pool: list[_Scored] = []
         sentence_terms: list[list[str]] = []
+        headings: set[int] = set()  # the document's title repeated as a line of the chunk
         for number, candidate in enumerate(context, start=1):
+            title = (candidate.hit.title or "").strip().casefold()
             for sentence in split_sentences(candidate.hit.text):
+                if title and sentence.text.strip().casefold() == title:
+                    headings.add(len(pool))
                 pool.append(_Scored(number, sentence, 0.0))
                 sentence_terms.append(terms(sentence.text))
         if not pool:
@@ -173,10 +177,11 @@ class ExtractiveGenerator:
         evidence: Evidence | None = None
         for index, q in enumerate([question, *sub_questions]):
             q_terms = set(terms(q))
-            # A sentence with no term beyond the question's (a heading or title on its own line, the
-            # question restated) cannot answer it, however well it covers it: such sentences compete
-            # only when the context holds nothing else.
-            informative = [(p, t) for p, t in zip(pool, sentence_terms, strict=True) if not set(t) <= q_terms]
+            # Neither the document's title on a line of its own nor a sentence with no term beyond
+            # the question's (a heading, the question restated) can answer it, however well it
+            # covers it: such sentences compete only when the context holds nothing else.
+            informative = [(p, t) for i, (p, t) in enumerate(zip(pool, sentence_terms, strict=True))
+                           if i not in headings and not set(t) <= q_terms]
             scored = sorted(
                 (_Scored(p.context, p.sentence, _coverage(q_terms, set(t), idf) + _RANK_PRIOR / p.context)
                  for p, t in informative or zip(pool, sentence_terms, strict=True)),
