@@ -161,11 +161,13 @@ class ExtractiveGenerator:
         None when the context holds no sentence."""
         pool: list[_Scored] = []
         sentence_terms: list[list[str]] = []
-        headings: set[int] = set()  # the document's title repeated as a line of the chunk
+        headings: set[int] = set()  # the document's title repeated as a heading line of the chunk
         for number, candidate in enumerate(context, start=1):
             title = (candidate.hit.title or "").strip().casefold()
             for sentence in split_sentences(candidate.hit.text):
-                if title and sentence.text.strip().casefold() == title:
+                line = sentence.text.strip()
+                # A title taken from an untitled document's first sentence ends like one: that is content.
+                if title and line.casefold() == title and not line.endswith((".", "!", "?")):
                     headings.add(len(pool))
                 pool.append(_Scored(number, sentence, 0.0))
                 sentence_terms.append(terms(sentence.text))
