@@ -87,6 +87,15 @@ def test_a_heading_that_only_repeats_the_question_is_not_the_answer() -> None:
     titled = candidate("Victoria (Australia)\n\nIts capital is Melbourne.", "victoria (australia)")
     answer = ExtractiveGenerator(abstain_below=0.0).extract("What is the capital of Victoria?", [], [titled])
     assert [claim.text for claim in answer.claims] == ["Its capital is Melbourne."]
+    # A sentence that repeats the question's words is held to nothing: it answers a yes/no question.
+    paris = [candidate("France has many old cities.", "cities"), candidate("Paris is the capital of France.", "paris")]
+    answer = ExtractiveGenerator(abstain_below=0.0).extract("Is Paris the capital of France?", [], paris)
+    assert answer.claims[0].text == "Paris is the capital of France." and answer.citations[0].source_uri == "paris"
+    # An untitled one-line document is titled by its line: that line is content, not a heading.
+    line = "Falcon will acquire Acme next quarter"
+    answer = ExtractiveGenerator(abstain_below=0.0).extract(
+        "Which company will Falcon acquire next quarter?", [], [candidate(line, line.lower())])
+    assert [claim.text for claim in answer.claims] == [line]
     # When nothing else is there, the heading is still all the context offers.
     only = candidate("Super Bowl 50", "heading")
     assert ExtractiveGenerator(abstain_below=0.0).extract("Super Bowl 50?", [], [only]).claims

@@ -161,14 +161,19 @@ class ExtractiveGenerator:
         None when the context holds no sentence."""
         pool: list[_Scored] = []
         sentence_terms: list[list[str]] = []
-        headings: set[int] = set()  # the document's title repeated as a heading line of the chunk
+        # Lines that head the text after them: no sentence-final punctuation, and more of the chunk
+        # follows (a lone line, such as a one-line document, is content). Those that repeat the
+        # document's title are never answers; the others only when they add a term to the question's.
+        headings: set[int] = set()
+        titles: set[int] = set()
         for number, candidate in enumerate(context, start=1):
             title = (candidate.hit.title or "").strip().casefold()
-            for sentence in split_sentences(candidate.hit.text):
-                line = sentence.text.strip()
-                # A title taken from an untitled document's first sentence ends like one: that is content.
-                if title and line.casefold() == title and not line.endswith((".", "!", "?")):
+            sentences = split_sentences(candidate.hit.text)
+            for position, sentence in enumerate(sentences):
+                if position < len(sentences) - 1 and not sentence.text.endswith((".", "!", "?")):
                     headings.add(len(pool))
+                    if sentence.text.casefold() == title:
+                        titles.add(len(pool))
                 pool.append(_Scored(number, sentence, 0.0))
                 sentence_terms.append(terms(sentence.text))
         if not pool:
@@ -179,11 +184,12 @@ class ExtractiveGenerator:
         evidence: Evidence | None = None
         for index, q in enumerate([question, *sub_questions]):
             q_terms = set(terms(q))
-            # Neither the document's title on a line of its own nor a sentence with no term beyond
-            # the question's (a heading, the question restated) can answer it, however well it
-            # covers it: such sentences compete only when the context holds nothing else.
+            # A heading that repeats the title, or says nothing the question does not, covers the
+            # question's words without answering it ("Super Bowl 50" above a paragraph): headings
+            # compete only when the context holds nothing else. (Sentences are not held to this:
+            # "Paris is the capital of France." answers "Is Paris the capital of France?".)
             informative = [(p, t) for i, (p, t) in enumerate(zip(pool, sentence_terms, strict=True))
-                           if i not in headings and not set(t) <= q_terms]
+                           if i not in titles and not (i in headings and set(t) <= q_terms)]
             scored = sorted(
                 (_Scored(p.context, p.sentence, _coverage(q_terms, set(t), idf) + _RANK_PRIOR / p.context)
                  for p, t in informative or zip(pool, sentence_terms, strict=True)),
