@@ -111,6 +111,17 @@ def compare_outcomes(before: dict, after: dict) -> dict:
     return out
 
 
+def _outcomes(rows: list[dict], results: list[dict | None]) -> dict[str, str]:
+    """Each question's outcome by id ("error" where the request failed)."""
+    return {row["id"]: (r or {}).get("outcome", "error") for row, r in zip(rows, results, strict=True)}
+
+
+def _cites_first(result: dict | None, paragraph: str) -> bool:
+    """Whether the answer's first citation is ``paragraph``."""
+    citations = (result or {}).get("citations") or []
+    return bool(citations) and citations[0].get("source_uri") == paragraph
+
+
 def expected_calibration_error(probability: np.ndarray, label: np.ndarray, bins: int = 10) -> float:
     """ECE with equal-width bins: sum over bins of (bin share) x |mean label - mean probability|."""
     edges = np.linspace(0.0, 1.0, bins + 1)
@@ -229,13 +240,16 @@ def main() -> None:
             continue
         outcomes[result["outcome"]] += 1
         generators[result.get("generator") or "none"] += 1
-        citations = result.get("citations") or []
-        hits.append(1.0 if citations and citations[0]["source_uri"] == paragraph_of[row["id"]] else 0.0)
+        hits.append(1.0 if _cites_first(result, paragraph_of[row["id"]]) else 0.0)
         if result["outcome"] == "answered" and result.get("confidence") is not None:
             confidences.append(result["confidence"])
             rights.append(hits[-1])
-    abstained = [r is not None and r.get("outcome") == "no_answer" for r in removed]
-    abstained_off_topic = [r is not None and r.get("outcome") == "no_answer" for r in other_articles]
+    per_question = {"full": _outcomes(rows, results),
+                    "hit": {row["id"]: _cites_first(r, paragraph_of[row["id"]])
+                            for row, r in zip(rows, results, strict=True)},
+                    "removed": _outcomes(rows, removed), "article": _outcomes(rows, other_articles)}
+    abstained = [outcome == "no_answer" for outcome in per_question["removed"].values()]
+    abstained_off_topic = [outcome == "no_answer" for outcome in per_question["article"].values()]
     run = asyncio.run(answer_quality(args.data_dir, args.limit))
     log(f"eval run {run['id']}: {run['items_done']} items; report: ragsvc eval report {run['id']}")
 
@@ -269,13 +283,6 @@ def main() -> None:
                 "latency_ms_c1",
                 "throughput_qps_c1", f"throughput_qps_c{args.concurrency}"):
         log(f"{key:28s} {figures[key]}")
-    per_question = {
-        "full": {row["id"]: (r or {}).get("outcome", "error") for row, r in zip(rows, results, strict=True)},
-        "hit": {row["id"]: bool(r and (r.get("citations") or [{}])[0].get("source_uri") == paragraph_of[row["id"]])
-                for row, r in zip(rows, results, strict=True)},
-        "removed": {row["id"]: (r or {}).get("outcome", "error") for row, r in zip(rows, removed, strict=True)},
-        "article": {row["id"]: (r or {}).get("outcome", "error") for row, r in zip(rows, other_articles, strict=True)},
-    }
     if args.outcomes:
         args.outcomes.write_text(json.dumps(per_question))
     if previous is not None:

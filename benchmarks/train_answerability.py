@@ -320,8 +320,8 @@ def cascade(default: np.ndarray, aligned: np.ndarray, y: np.ndarray, setting: np
     return out
 
 
-def _share(flags: np.ndarray) -> float | None:
-    return round(float(flags.mean()), 4) if flags.size else None  # None: rows saved before that setting existed
+def _share(flags: np.ndarray) -> float:
+    return round(float(flags.mean()), 4)
 
 
 def train_pair(x: np.ndarray, y: np.ndarray, setting: np.ndarray, groups: np.ndarray, names: tuple[str, ...],

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from rag_service.config import get_settings, load_settings
+from rag_service.config import ENV_PREFIX, get_settings, load_settings
 from rag_service.db import migrate
 from rag_service.db.engine import Database
 
@@ -33,7 +33,7 @@ NO_WALL_CLOCK_LIMITS: dict[str, int] = {"adaptive_time_budget_ms": 60_000, "rera
 
 def settings_env(values: dict[str, int]) -> dict[str, str]:
     """Settings as the RAGSVC_* environment variables a subprocess reads."""
-    return {f"RAGSVC_{name.upper()}": str(value) for name, value in values.items()}
+    return {f"{ENV_PREFIX}{name.upper()}": str(value) for name, value in values.items()}
 
 
 def scratch_dir(prefix: str) -> Path:
