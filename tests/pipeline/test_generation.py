@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable, Iterator
+from collections.abc import Set as AbstractSet
 
 import pytest
 
 from rag_service.config import load_settings
 from rag_service.domain import Candidate, SearchHit
 from rag_service.errors import ProviderError
-from rag_service.pipeline.generation.extractive import ExtractiveGenerator
+from rag_service.pipeline.generation.extractive import ExtractiveGenerator, _coverage
 from rag_service.pipeline.generation.llm_generator import AnswerFieldStreamer, LLMGenerator
 from rag_service.pipeline.generation.spans import scored_candidates
 from rag_service.providers.llm import make_llm
@@ -99,6 +101,34 @@ def test_a_heading_that_only_repeats_the_question_is_not_the_answer() -> None:
     # When nothing else is there, the heading is still all the context offers.
     only = candidate("Super Bowl 50", "heading")
     assert ExtractiveGenerator(abstain_below=0.0).extract("Super Bowl 50?", [], [only]).claims
+
+
+class _OrderedTerms(AbstractSet[str]):
+    """A set whose iteration order is its construction order: the order a process's hash seed
+    would otherwise choose."""
+
+    def __init__(self, items: Iterable[str]) -> None:
+        self._items = list(dict.fromkeys(items))
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def test_coverage_does_not_depend_on_the_order_of_the_terms() -> None:
+    # Sentences covering different terms of equal weight tie exactly, so that rank and position
+    # break the tie in every process (a plain float sum differs in its last bit by order:
+    # 0.1 + 0.2 + 0.3 != 0.3 + 0.2 + 0.1).
+    idf = {"alpha": 0.1, "beta": 0.2, "gamma": 0.3, "delta": 1.0}
+    question, sentence = ["alpha", "beta", "gamma", "delta"], ["alpha", "beta", "gamma"]
+    forward = _coverage(_OrderedTerms(question), _OrderedTerms(sentence), idf)
+    backward = _coverage(_OrderedTerms(question[::-1]), _OrderedTerms(sentence[::-1]), idf)
+    assert forward == backward
 
 
 def test_extractive_with_no_context_says_so() -> None:

@@ -59,9 +59,12 @@ def _idf(sentences: Sequence[list[str]]) -> dict[str, float]:
 
 def _coverage(question_terms: set[str], sentence_terms: set[str], idf: dict[str, float]) -> float:
     """IDF-weighted share of the question's terms the sentence holds (a question without terms
-    covers nothing: the sum over the empty set is 0)."""
-    total = sum(idf.get(t, math.log(1 + len(idf) + 1)) for t in question_terms)
-    covered = sum(idf.get(t, 0.0) for t in question_terms & sentence_terms)
+    covers nothing: the sum over the empty set is 0). The sums are exactly rounded (``math.fsum``),
+    so they do not depend on the sets' iteration order, which changes with each process's hash
+    seed: two sentences covering the same terms then tie exactly, and the tie is broken by rank
+    and position rather than by the last bit of a float."""
+    total = math.fsum(idf.get(t, math.log(1 + len(idf) + 1)) for t in question_terms)
+    covered = math.fsum(idf.get(t, 0.0) for t in question_terms & sentence_terms)
     return covered / total if total else covered
 
 
