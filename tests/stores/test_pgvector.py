@@ -241,14 +241,26 @@ def test_widened_ef_search_follows_the_share_the_filter_kept() -> None:
     assert widened_ef_search(HNSW_MAX_EF_SEARCH, 500, 1000) is None  # cannot go wider
 
 
+def test_the_second_scan_widens_where_it_fits_then_iterates_then_scans_exactly() -> None:
+    from rag_service.stores.pgvector.search import ITERATIVE_EF_SEARCH, second_scan
+
+    assert second_scan(100, 10, 10, iterative=True) is None                 # filled: nothing more
+    assert second_scan(40, 4, 10, iterative=True) == ("widen", 150)         # widening fits: on any server
+    assert second_scan(40, 4, 10, iterative=False) == ("widen", 150)
+    # Kept 10 of 100 for top 100: widening would pass pgvector's bound.
+    assert second_scan(100, 10, 100, iterative=True) == ("iterative", ITERATIVE_EF_SEARCH)
+    assert second_scan(100, 10, 100, iterative=False) is None               # before 0.8: exact
+    # Kept none: under 1/ef_search of the rows, which an exact scan reads fastest, and exactly.
+    assert second_scan(100, 0, 10, iterative=True) is None
+    assert second_scan(1000, 5, 1000, iterative=True) == ("iterative", 1000)
+
+
 async def test_a_filter_keeping_a_quarter_widens_the_index_scan(databases) -> None:
     """Before pgvector 0.8, a filter keeping a quarter of the rows leaves about a quarter of the
     index's candidates: the store asks the index again, deeper, instead of scanning exactly."""
     db = _database_preferring_indexes(databases.create())
     store = PgVectorStore(db, ef_search=10)
     try:
-        if (await store.schema()).iterative_scans:
-            pytest.skip("pgvector 0.8 scans on by itself (iterative scans): the store never widens")
         rng = np.random.default_rng(5)
         vectors = _random_unit_vectors(rng, 2000)
         tagged: set[uuid.UUID] = set()

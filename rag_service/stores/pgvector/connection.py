@@ -124,8 +124,10 @@ class PgStoreBase:
         self._schema: SchemaInfo | None = None
         self._vector_registered: weakref.WeakSet[Any] = weakref.WeakSet()
         # How filtered nearest-neighbour searches were answered when HNSW alone fell short of
-        # top_k: by a second index scan with a wider ef_search, or by an exact scan.
+        # top_k: by a second index scan with a wider ef_search, by pgvector 0.8's iterative scan,
+        # or by an exact scan.
         self.vector_widened = 0
+        self.vector_iterative = 0
         self.vector_exact_fallbacks = 0
 
     @property
