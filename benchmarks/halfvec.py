@@ -53,6 +53,7 @@ async def build_index(runtime, dim: int) -> float | None:  # noqa: ANN001
         definition = (await conn.execute(text("SELECT indexdef FROM pg_indexes WHERE indexname = :i"),
                                          {"i": FULL_INDEX})).scalar_one()
         params = re.search(r"WITH \((.*)\)", definition)
+        await conn.execute(text("SET statement_timeout = 0"))  # the service's bound is for queries
         await conn.execute(text("SET maintenance_work_mem = '4GB'"))
         await conn.execute(text("SET max_parallel_maintenance_workers = 1"))
         started = time.perf_counter()
