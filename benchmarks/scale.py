@@ -175,12 +175,17 @@ async def filtered_figures(runtime, vectors: np.ndarray, top_k: int = 10) -> dic
         flt = SearchFilter(collection=COLLECTION, metadata_equals={key: 0})
         truth = [{h.chunk_id for h in await store.vector_search(v, flt, top_k, exact=True)} for v in vectors]
         await store.vector_search(vectors[0], flt, top_k)  # warm
+        counts = (store.vector_widened, store.vector_iterative, store.vector_exact_fallbacks)
         ms, hits = await timed([lambda v=v, f=flt: store.vector_search(v, f, top_k) for v in vectors])
         recall = np.mean([len({h.chunk_id for h in got} & want) / max(1, len(want))
                           for got, want in zip(hits, truth, strict=True)])
+        # How the timed searches were answered after the first index scan (the rest by it alone).
+        steps = dict(zip(("widened", "iterative", "exact"), np.subtract(
+            (store.vector_widened, store.vector_iterative, store.vector_exact_fallbacks), counts).tolist(),
+            strict=True))
         out[str(share)] = {**latency(ms), "recall_at_10": round(float(recall), 4),
                            "filled": round(float(np.mean([len(h) >= min(top_k, len(t)) for h, t in
-                                                          zip(hits, truth, strict=True)])), 4)}
+                                                          zip(hits, truth, strict=True)])), 4), **steps}
     return out
 
 

@@ -247,17 +247,50 @@ def test_the_second_scan_widens_where_it_fits_then_iterates_then_scans_exactly()
     assert second_scan(100, 10, 10, iterative=True) is None                 # filled: nothing more
     assert second_scan(40, 4, 10, iterative=True) == ("widen", 150)         # widening fits: on any server
     assert second_scan(40, 4, 10, iterative=False) == ("widen", 150)
-    # Kept 10 of 100 for top 100: widening would pass pgvector's bound.
+    # Kept 10 of 100 for top 100 (a 10% filter): widening would pass pgvector's bound.
     assert second_scan(100, 10, 100, iterative=True) == ("iterative", ITERATIVE_EF_SEARCH)
     assert second_scan(100, 10, 100, iterative=False) is None               # before 0.8: exact
-    # Kept none: under 1/ef_search of the rows, which an exact scan reads fastest, and exactly.
+    # Kept 1 of 100 (about 1%, from a single row): the exact scan, faster and exact for such filters.
+    assert second_scan(100, 1, 10, iterative=True) is None
     assert second_scan(100, 0, 10, iterative=True) is None
-    assert second_scan(1000, 5, 1000, iterative=True) == ("iterative", 1000)
+    assert second_scan(1000, 60, 1000, iterative=True) == ("iterative", 1000)
+
+
+async def test_a_filter_keeping_an_eighth_for_a_wide_top_k_uses_the_iterative_scan(databases) -> None:
+    """On pgvector 0.8: top 200 under a filter keeping 1/8 of the rows leaves about 25 of 200
+    candidates, too few to widen within pgvector's bound and enough to show the filter is not
+    selective: the iterative scan answers, with all 200 rows the filter keeps nearest."""
+    db = _database_preferring_indexes(databases.create())
+    store = PgVectorStore(db, ef_search=10)
+    try:
+        if not (await store.schema()).iterative_scans:
+            pytest.skip("iterative scans need pgvector 0.8 (the embedded server has 0.6.2)")
+        rng = np.random.default_rng(7)
+        vectors = _random_unit_vectors(rng, 2000)
+        tagged: set[uuid.UUID] = set()
+        for d in range(8):
+            doc = await store.upsert_document(DocumentRecord(
+                collection="c", source_uri=f"test://{d}", content_hash=str(d), tags=("some",) if d == 0 else ()))
+            ids = [uuid.uuid4() for _ in range(250)]
+            await store.upsert_chunks([
+                ChunkRecord(id=cid, document_id=doc, ordinal=i, text=f"{d}-{i}", start_char=0, end_char=3,
+                            token_count=1, content_hash=f"{d}-{i}", embedding=vectors[d * 250 + i].tolist())
+                for i, cid in enumerate(ids)])
+            if d == 0:
+                tagged.update(ids)
+        async with db.engine.begin() as conn:
+            await conn.execute(text("DROP INDEX ix_chunks_document_ordinal; DROP INDEX ix_documents_tags"))
+        flt = SearchFilter(tags_any=("some",))
+        hits = await store.vector_search(vectors[7].tolist(), flt, 200)
+        assert (store.vector_iterative, store.vector_widened, store.vector_exact_fallbacks) == (1, 0, 0)
+        assert len(hits) == 200 and {h.chunk_id for h in hits} <= tagged
+    finally:
+        await db.dispose()
 
 
 async def test_a_filter_keeping_a_quarter_widens_the_index_scan(databases) -> None:
-    """Before pgvector 0.8, a filter keeping a quarter of the rows leaves about a quarter of the
-    index's candidates: the store asks the index again, deeper, instead of scanning exactly."""
+    """A filter keeping a quarter of the rows leaves about a quarter of the index's candidates: the
+    store asks the index again, deeper, instead of scanning exactly (on every pgvector)."""
     db = _database_preferring_indexes(databases.create())
     store = PgVectorStore(db, ef_search=10)
     try:

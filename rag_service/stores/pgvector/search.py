@@ -28,23 +28,26 @@ from rag_service.stores.pgvector.filters import build_filter, check_top_k
 
 HNSW_MAX_EF_SEARCH = 1000  # pgvector's upper bound for hnsw.ef_search
 WIDEN_MARGIN = 1.5  # read this many times the candidates the filter's observed share implies
-# The ef_search of pgvector 0.8's iterative scan: at 1,000,000 chunks it lifted recall@10 under a 1%
-# filter from 0.92 (at 100) to 0.95, and recall@100 under a 10% filter from 0.91 to 0.94, at the
-# same latency (docs/benchmarks.md, "Scale").
+# pgvector 0.8's iterative scan, measured at 1,000,000 chunks (ad hoc, 30 queries; docs/benchmarks.md,
+# "Scale"): under a 10% filter it gave top 100 in 51 ms at recall 0.91 where the exact scan took 821 ms,
+# and ef_search 400 lifted that recall to 0.94 at the same latency. Under filters keeping 1% or
+# less it was worse than the exact scan (top 10 under 0.1%: 208 ms at recall 0.76 against 21 ms and
+# 1.0), so it is asked for only when the first scan showed the filter keeps at least this share.
 ITERATIVE_EF_SEARCH = 400
+ITERATIVE_MIN_SHARE = 0.05
 
 
 def widened_ef_search(ef_search: int, kept: int, top_k: int) -> int | None:
     """The ``ef_search`` for a second HNSW scan after a filter kept ``kept`` of ``ef_search``
     candidates (fewer than ``top_k``), or None when an exact scan is the better second step.
 
-    Before pgvector 0.8 the index hands over ef_search candidates and the filter applies after,
-    so a filter keeping a share s of the rows leaves about s * ef_search. The observed share
-    predicts the ef_search that leaves top_k. When the filter kept none, it keeps under
-    1/ef_search of the rows, few enough to scan exactly; when the prediction passes pgvector's
-    bound, too. (Going to the bound when it would only just leave top_k was measured worse: at
-    1,000,000 chunks, top 100 under a 10% filter fell short half the time and paid an index scan
-    of 1,000 and the exact scan, p95 624 ms.)
+    The index hands over ef_search candidates and the filter applies after (pgvector 0.8's
+    iterative scans aside, which second_scan asks for separately), so a filter keeping a share s
+    of the rows leaves about s * ef_search. The observed share predicts the ef_search that leaves
+    top_k. When the filter kept none, it keeps under 1/ef_search of the rows, few enough to scan
+    exactly; when the prediction passes pgvector's bound, too. (Going to the bound when it would
+    only just leave top_k was measured worse: at 1,000,000 chunks, top 100 under a 10% filter fell
+    short half the time and paid an index scan of 1,000 and the exact scan, p95 624 ms.)
 
     When the filter keeps fewer than top_k rows in all, the second scan cannot help and the exact
     scan follows it: one index scan too many, which only a count of the filter's rows would save."""
@@ -60,17 +63,17 @@ def second_scan(ef_search: int, kept: int, top_k: int, *, iterative: bool) -> tu
     iterative scan (``iterative``: the server has it), or None when an exact scan is the better
     second step.
 
-    Widening comes first where it fits (``widened_ef_search``). Where it does not, a filter that
-    kept some rows keeps at least 1/ef_search of them, and the iterative scan finds top_k in tens of
-    milliseconds where the exact scan reads every row the filter keeps (at 1,000,000 chunks, top
-    100 under a 10% filter: 51 ms against 821 ms), at about the recall HNSW has without a filter.
-    A filter that kept none is left to the exact scan: there the iterative scan was both slower and
-    worse (top 10 under a 0.1% filter: 208 ms and recall 0.76 against 21 ms and 1.0)."""
+    Widening comes first where it fits (``widened_ef_search``). Where it does not, the iterative
+    scan is the second step when the filter kept at least ITERATIVE_MIN_SHARE of the candidates
+    (a share seen in several rows, not one): such a filter keeps many rows, which an exact scan
+    would read one by one, and there the iterative scan is fast at about the recall HNSW has
+    without a filter. A filter that kept less is selective enough for the exact scan, which there
+    was faster and exact (ITERATIVE_MIN_SHARE's measurements)."""
     if kept >= top_k:
         return None
     if (wider := widened_ef_search(ef_search, kept, top_k)) is not None:
         return "widen", wider
-    if iterative and kept > 0:
+    if iterative and kept >= ITERATIVE_MIN_SHARE * ef_search:
         return "iterative", min(HNSW_MAX_EF_SEARCH, max(ef_search, ITERATIVE_EF_SEARCH))
     return None
 
@@ -146,7 +149,7 @@ class PgSearches(PgStoreBase):
                 self.vector_exact_fallbacks += not exact
                 # Still short (a very selective filter, or past the iterative scan's limit). Re-run exactly:
                 # ordering by an expression the index cannot serve makes PostgreSQL scan only the
-                # rows the other conditions select.
+                # rows the other conditions select (so hnsw.iterative_scan, if set, plays no part).
                 distance = Chunk.embedding.cosine_distance(np.asarray(embedding, dtype=np.float32))
                 rows = (await conn.execute(stmt.order_by(None).order_by(distance + 0))).all()
         return to_hits(rows)
