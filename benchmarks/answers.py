@@ -232,6 +232,10 @@ def main() -> None:
         return
 
     errors = [r for r in results if r is None or "error" in r]
+    per_question = {"full": _outcomes(rows, results),
+                    "hit": {row["id"]: _cites_first(r, paragraph_of[row["id"]])
+                            for row, r in zip(rows, results, strict=True)},
+                    "removed": _outcomes(rows, removed), "article": _outcomes(rows, other_articles)}
     outcomes = collections.Counter()
     confidences, rights, hits = [], [], []
     generators = collections.Counter()
@@ -240,14 +244,10 @@ def main() -> None:
             continue
         outcomes[result["outcome"]] += 1
         generators[result.get("generator") or "none"] += 1
-        hits.append(1.0 if _cites_first(result, paragraph_of[row["id"]]) else 0.0)
+        hits.append(1.0 if per_question["hit"][row["id"]] else 0.0)
         if result["outcome"] == "answered" and result.get("confidence") is not None:
             confidences.append(result["confidence"])
             rights.append(hits[-1])
-    per_question = {"full": _outcomes(rows, results),
-                    "hit": {row["id"]: _cites_first(r, paragraph_of[row["id"]])
-                            for row, r in zip(rows, results, strict=True)},
-                    "removed": _outcomes(rows, removed), "article": _outcomes(rows, other_articles)}
     abstained = [outcome == "no_answer" for outcome in per_question["removed"].values()]
     abstained_off_topic = [outcome == "no_answer" for outcome in per_question["article"].values()]
     run = asyncio.run(answer_quality(args.data_dir, args.limit))

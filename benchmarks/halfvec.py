@@ -33,7 +33,7 @@ from pgvector.sqlalchemy import HALFVEC
 from sqlalchemy import cast, literal, text
 
 from benchmarks.datasets import BENCH_DATA, open_runtime, scifact
-from benchmarks.ir import latency
+from benchmarks.ir import latency, recall_at_k
 from benchmarks.scale import COLLECTION, calibration, seed, timed
 from rag_service.db.models import Chunk
 from rag_service.domain import SearchFilter
@@ -82,7 +82,8 @@ async def measure(data_dir: Path, n_queries: int, efs: list[int], drop: bool) ->
         if schema.pgvector_version < (0, 7):
             raise SystemExit(f"pgvector {'.'.join(map(str, schema.pgvector_version))} has no halfvec (0.7+)")
         dim = schema.embedding_dimension
-        before = calibration(runtime, [c.text for c in seed().leaves[:256]])
+        calibration_texts = [c.text for c in seed().leaves[:256]]
+        before = calibration(runtime, calibration_texts)
         built = await build_index(runtime, dim)
         async with runtime.db.engine.connect() as conn:
             sizes = {name: (await conn.execute(text("SELECT pg_relation_size(CAST(:i AS regclass))"),
@@ -100,11 +101,9 @@ async def measure(data_dir: Path, n_queries: int, efs: list[int], drop: bool) ->
                                  ("half", lambda v, s=store, e=ef: half_search(runtime, s, v, flt, 10, dim, e))):
                 await search(vectors[0])  # warm
                 ms, hits = await timed([lambda v=v, f=search: f(v) for v in vectors])
-                recall = np.mean([len({h.chunk_id for h in got} & want) / max(1, len(want))
-                                  for got, want in zip(hits, truth, strict=True)])
-                out[name][ef] = {**latency(ms), "recall_at_10": round(float(recall), 4)}
+                out[name][ef] = {**latency(ms), "recall_at_10": recall_at_k(hits, truth)}
         out["calibration_chunks_per_s"] = [round(before, 1),
-                                           round(calibration(runtime, [c.text for c in seed().leaves[:256]]), 1)]
+                                           round(calibration(runtime, calibration_texts), 1)]
         if drop:
             async with runtime.db.engine.connect() as conn:
                 conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
