@@ -151,8 +151,9 @@ async def test_vector_search_uses_the_hnsw_index_at_realistic_size(databases) ->
     url = databases.create()
     from rag_service.config import load_settings
 
-    db = Database.from_settings(load_settings(database_url=url), url=url)
-    store = PgVectorStore(db, ef_search=40)
+    settings = load_settings(database_url=url)
+    db = Database.from_settings(settings, url=url)
+    store = PgVectorStore(db, ef_search=settings.hnsw_ef_search)  # the service's default
     rng = np.random.default_rng(7)
     n_docs, per_doc = 200, 100  # 20,000 chunks
     vectors = _random_unit_vectors(rng, n_docs * per_doc)
@@ -168,20 +169,26 @@ async def test_vector_search_uses_the_hnsw_index_at_realistic_size(databases) ->
             ])
         async with db.engine.begin() as conn:
             await conn.execute(text("ANALYZE chunks; ANALYZE documents"))
-        query = vectors[123] + 0.05 * rng.normal(size=384).astype(np.float32)
         flt = SearchFilter(collection="big", principals=("team-b",))
-        plan = await store.explain(store.vector_query(query.tolist(), flt, 10, 384))
-        assert "ix_chunks_embedding_hnsw" in plan, plan
-
-        hits = await store.vector_search(query.tolist(), flt, 10)
-        assert len(hits) == 10
-        # Compare with exact search over what this caller may see: HNSW recall@10 must be high.
         visible = np.array([(i // per_doc) % 10 != 0 for i in range(len(vectors))])
-        sims = vectors @ (query / np.linalg.norm(query))
-        sims[~visible] = -np.inf
-        exact = set(np.argsort(-sims)[:10].tolist())
-        got = {int(h.text.split()[1].split("-")[0]) * per_doc + int(h.text.split("-")[1]) for h in hits}
-        assert len(exact & got) >= 8, f"HNSW recall@10 = {len(exact & got) / 10}"
+        # Recall is averaged over 20 queries: pgvector draws each node's graph level at random
+        # (unseeded), and one query in an unlucky build can miss its neighbourhood entirely (it
+        # happened once at ef_search 40: recall 0.0 on a single query), while the mean is stable.
+        recalls = []
+        for source in rng.choice(np.flatnonzero(visible), size=20, replace=False):
+            query = vectors[source] + 0.05 * rng.normal(size=384).astype(np.float32)
+            if not recalls:
+                plan = await store.explain(store.vector_query(query.tolist(), flt, 10, 384))
+                assert "ix_chunks_embedding_hnsw" in plan, plan
+            hits = await store.vector_search(query.tolist(), flt, 10)
+            assert len(hits) == 10
+            # Against exact search over what this caller may see.
+            sims = vectors @ (query / np.linalg.norm(query))
+            sims[~visible] = -np.inf
+            exact = set(np.argsort(-sims)[:10].tolist())
+            got = {int(h.text.split()[1].split("-")[0]) * per_doc + int(h.text.split("-")[1]) for h in hits}
+            recalls.append(len(exact & got) / 10)
+        assert np.mean(recalls) >= 0.8, f"HNSW mean recall@10 = {np.mean(recalls):.2f} ({recalls})"
     finally:
         await db.dispose()
 
