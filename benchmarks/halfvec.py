@@ -34,7 +34,7 @@ from sqlalchemy import cast, literal, text
 
 from benchmarks.datasets import BENCH_DATA, open_runtime, scifact
 from benchmarks.ir import latency, recall_at_k
-from benchmarks.scale import COLLECTION, calibration, seed, timed
+from benchmarks.scale import COLLECTION, calibration, calibration_texts, seed, timed
 from rag_service.db.models import Chunk
 from rag_service.domain import SearchFilter
 from rag_service.stores.pgvector import PgVectorStore
@@ -82,8 +82,8 @@ async def measure(data_dir: Path, n_queries: int, efs: list[int], drop: bool) ->
         if schema.pgvector_version < (0, 7):
             raise SystemExit(f"pgvector {'.'.join(map(str, schema.pgvector_version))} has no halfvec (0.7+)")
         dim = schema.embedding_dimension
-        calibration_texts = [c.text for c in seed().leaves[:256]]
-        before = calibration(runtime, calibration_texts)
+        fixed_texts = calibration_texts(seed())
+        before = calibration(runtime, fixed_texts)
         built = await build_index(runtime, dim)
         async with runtime.db.engine.connect() as conn:
             sizes = {name: (await conn.execute(text("SELECT pg_relation_size(CAST(:i AS regclass))"),
@@ -103,7 +103,7 @@ async def measure(data_dir: Path, n_queries: int, efs: list[int], drop: bool) ->
                 ms, hits = await timed([lambda v=v, f=search: f(v) for v in vectors])
                 out[name][ef] = {**latency(ms), "recall_at_10": recall_at_k(hits, truth)}
         out["calibration_chunks_per_s"] = [round(before, 1),
-                                           round(calibration(runtime, calibration_texts), 1)]
+                                           round(calibration(runtime, fixed_texts), 1)]
         if drop:
             async with runtime.db.engine.connect() as conn:
                 conn = await conn.execution_options(isolation_level="AUTOCOMMIT")

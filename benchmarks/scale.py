@@ -93,6 +93,14 @@ def seed() -> Seed:
     return load_seed(SEED_FILE)
 
 
+CALIBRATION_CHUNKS = 256
+
+
+def calibration_texts(the_seed: Seed) -> list[str]:
+    """The fixed SciFact chunks every scale benchmark times the raw embedder on."""
+    return [c.text for c in the_seed.leaves[:CALIBRATION_CHUNKS]]
+
+
 def calibration(runtime, texts: list[str]) -> float:  # noqa: ANN001
     runtime.embedder.encode(texts[:8])
     started = time.perf_counter()
@@ -268,7 +276,7 @@ def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
     data_dir = BENCH_DATA / (f"scale-{size}" if args.vectors == "local" else f"scale-{size}-{args.vectors}")
     dataset = scifact("test")
     queries = list(dataset.queries.values())
-    calibration_texts = [c.text for c in the_seed.leaves[:256]]
+    fixed_texts = calibration_texts(the_seed)
 
     async def store_part() -> dict:
         runtime = open_runtime(data_dir, keyword_engine=args.keyword_engine)
@@ -277,7 +285,7 @@ def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
                 vectors = runtime.embedder.encode(queries)[:args.recall_queries]
                 return {"chunks": await chunk_count(runtime), "filtered_only": {
                     str(k): await filtered_figures(runtime, vectors, k) for k in (10, 100)}}
-            before = None if args.build_only else calibration(runtime, calibration_texts)
+            before = None if args.build_only else calibration(runtime, fixed_texts)
             build_s = seconds = None
             held = await chunk_count(runtime)
             if held < max(size, the_seed.chunk_count):
@@ -315,7 +323,7 @@ def measure_size(size: int, the_seed: Seed, args: argparse.Namespace) -> dict:
     async def after() -> float:
         runtime = open_runtime(data_dir)
         try:
-            return calibration(runtime, calibration_texts)
+            return calibration(runtime, fixed_texts)
         finally:
             await runtime.close()
 

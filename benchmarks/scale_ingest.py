@@ -34,7 +34,7 @@ from pathlib import Path
 from sqlalchemy import text
 
 from benchmarks.datasets import BENCH_DATA, open_runtime, scifact
-from benchmarks.scale import calibration, chunk_count, ensure_hnsw, log, seed
+from benchmarks.scale import calibration, calibration_texts, chunk_count, ensure_hnsw, log, seed
 from benchmarks.scale_data import Seed, real_documents
 from ingestion.pipeline import IngestOptions
 
@@ -71,10 +71,9 @@ async def one_round(data_dir: Path, rows: list[dict], the_seed: Seed, chunks: in
     tag = uuid.uuid4().hex[:8]
     pipeline_collection, store_collection = f"probe-pipeline-{tag}", f"probe-store-{tag}"
     try:
-        texts = [c.text for c in the_seed.leaves[:256]]
         await ensure_hnsw(runtime, data_dir)  # a scale build cut short after dropping it
         held = await chunk_count(runtime)
-        calibration_chunks_per_s = calibration(runtime, texts)
+        calibration_chunks_per_s = calibration(runtime, calibration_texts(the_seed))
         with tempfile.TemporaryDirectory() as workdir:
             warm, corpus = Path(workdir) / "warm.jsonl", Path(workdir) / "corpus.jsonl"
             # Unmeasured: a few other documents first, so that loading the chunker's tokenizer and
