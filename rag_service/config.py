@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     # exact scan 0.93 at 40, 0.966 at 100, 0.988 at 200; p95 7.2 ms at 100, 10.7 ms at 200.
     hnsw_ef_search: int = Field(default=100, ge=1, le=1000)
     pattern_timeout_ms: int = Field(default=2_000, ge=10, description="Bound on one pattern search.")
+    pattern_max_matches: int = Field(
+        default=1_000, ge=1, description="The pattern strategy leaves a pattern found in more chunks than this to "
+                                         "keyword search (ranking by occurrences would read every one).")
     keyword_engine: Literal["auto", "postgres", "tantivy"] = Field(
         default="auto", description="BM25 top k: scored in SQL over every posting (postgres), or from a tantivy index "
                                     "under data_dir kept in step with PostgreSQL and rescored exactly (tantivy); auto: "

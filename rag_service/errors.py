@@ -43,6 +43,10 @@ class InvalidInputError(RagServiceError):
     title = "invalid input"
 
 
+class PatternTooCommonError(InvalidInputError):
+    """A pattern search stopped early: more chunks match than the caller allowed (``max_matches``)."""
+
+
 class UnauthorizedError(RagServiceError):
     """The request carries no API key, or one that is unknown or revoked (HTTP 401)."""
 

@@ -100,9 +100,12 @@ class PatternSearch(Protocol):
 
     async def pattern_search(
         self, pattern: str, flt: SearchFilter, top_k: int, mode: PatternMode = "literal",
-        case_sensitive: bool = False, prefilter: str | None = None,
+        case_sensitive: bool = False, prefilter: str | None = None, max_matches: int | None = None,
     ) -> list[SearchHit]:
         """Chunks containing a literal string or matching a (validated, time-bounded) regex;
         score = number of occurrences. ``prefilter`` is a phrase the chunk must also match in
-        full text, which lets the store use its text index instead of scanning every chunk."""
+        full text, which lets the store use its text index instead of scanning every chunk.
+        With ``max_matches``, a pattern found in more chunks than that raises
+        PatternTooCommonError after reading one more than it: ranking by occurrences reads every
+        match, so without the bound a common pattern costs in proportion to the collection."""
         ...

@@ -66,6 +66,26 @@ async def test_pattern_strategy_finds_identifiers(retriever: Retriever, corpus) 
     assert report.detail["patterns"] == ["E-4012"]
 
 
+async def test_pattern_strategy_leaves_out_a_pattern_found_in_too_many_chunks(store: PgVectorStore, local_embedder,
+                                                                               corpus) -> None:
+    """E-4012 is in two chunks the legal team may read, max_connections in one: with a bound of one
+    match, the first is left to keyword search and said so, the second still found."""
+    def retriever_bounded_at(max_matches: int) -> Retriever:
+        strategies = {"pattern": PatternStrategy(store, max_matches=max_matches)}
+        return Retriever(store, local_embedder, strategies, None, RetrievalConfig(strategies=("pattern",)))
+
+    request = RetrievalRequest(query="E-4012 max_connections", adaptive=False,
+                               filter=SearchFilter(collection=COLLECTION, principals=("legal-team",)))
+    result = await retriever_bounded_at(1).retrieve(request)
+    assert keys(result, corpus) == ["pg"]
+    report = result.iterations[0].strategies[0]
+    assert report.detail["patterns"] == ["E-4012", "max_connections"] and report.detail["too_common"] == ["E-4012"]
+    assert report.error is None
+    result = await retriever_bounded_at(2).retrieve(request)
+    assert set(keys(result, corpus)) == {"pg", "merger"}
+    assert "too_common" not in result.iterations[0].strategies[0].detail
+
+
 async def test_metadata_strategy_uses_structured_constraints(retriever: Retriever, corpus) -> None:
     result = await retriever.retrieve(RetrievalRequest(
         query="anything", filter=SearchFilter(collection=COLLECTION, tags_any=("recipes", "database")),

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rag_service.domain import DocumentRecord, SearchFilter
-from rag_service.errors import InvalidInputError
+from rag_service.errors import InvalidInputError, PatternTooCommonError
 from rag_service.stores.base import PatternSearch, VectorStore
 from tests.stores.corpus import (
     ALL,
@@ -51,6 +51,16 @@ class PatternSearchContract(CorpusFixtures):
         assert await store.pattern_search("5_%", ALL, 10) == []
         assert await store.pattern_search("postgresql performance", ALL, 10, case_sensitive=True) == []
         assert len(await store.pattern_search("postgresql performance", ALL, 10)) == 1
+
+    async def test_pattern_search_stops_past_max_matches(self, store: PatternStore, corpus) -> None:
+        every = await store.pattern_search("e", ALL, 1000)
+        assert len(every) > 2
+        assert await store.pattern_search("e", ALL, 5, max_matches=len(every)) == every[:5]
+        with pytest.raises(PatternTooCommonError, match=f"more than {len(every) - 1} chunks"):
+            await store.pattern_search("e", ALL, 5, max_matches=len(every) - 1)
+        # Counted under the caller's filter: what it may not read does not count.
+        hidden = await store.pattern_search("E-4012", SearchFilter(principals=()), 10, max_matches=1)
+        assert len(hidden) == 1 and corpus[hidden[0].document_id].key == "pg"
 
     async def test_pattern_search_scores_by_occurrences(self, store: PatternStore, corpus) -> None:
         hits = await store.pattern_search("e", ALL, 50)

@@ -20,7 +20,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from rag_service.db.models import Chunk, Document
 from rag_service.domain import SearchFilter, SearchHit
-from rag_service.errors import InvalidInputError
+from rag_service.errors import InvalidInputError, PatternTooCommonError
 from rag_service.stores.base import PatternMode, RecencyOrder
 from rag_service.stores.patterns import escape_like, validate_pattern
 from rag_service.stores.pgvector.connection import PgStoreBase
@@ -193,9 +193,11 @@ class PgSearches(PgStoreBase):
 
     async def pattern_search(
         self, pattern: str, flt: SearchFilter, top_k: int, mode: PatternMode = "literal",
-        case_sensitive: bool = False, prefilter: str | None = None,
+        case_sensitive: bool = False, prefilter: str | None = None, max_matches: int | None = None,
     ) -> list[SearchHit]:
         check_top_k(top_k)
+        if max_matches is not None and max_matches < 1:
+            raise InvalidInputError("max_matches must be >= 1")
         validate_pattern(pattern, mode)
         config = cast(literal((await self.schema()).text_search_config), REGCONFIG)
         if mode == "literal":
@@ -214,12 +216,6 @@ class PgSearches(PgStoreBase):
         score = cast(occurrences, Float)
         conditions = [matches, Chunk.embedding.is_not(None), *build_filter(flt)]
         phrase = func.phraseto_tsquery(config, (prefilter or "").replace("\x00", ""))
-        stmt = (
-            base_select(score)
-            .where(*conditions)
-            .order_by(score.desc(), Chunk.document_id, Chunk.ordinal)
-            .limit(top_k)
-        )
         async with self._db.connect() as conn:
             if mode == "regex":
                 # PostgreSQL's regex dialect (ARE) is what runs: let it judge the pattern.
@@ -233,10 +229,20 @@ class PgSearches(PgStoreBase):
                     ) from None
             if prefilter and (await conn.execute(select(func.numnode(phrase)))).scalar_one() > 0:
                 # The full-text index narrows the scan to chunks holding the phrase's words in
-                # order; the pattern then runs on those few instead of on every chunk.
-                stmt = stmt.where(Chunk.tsv.op("@@")(phrase))
+                # order; the pattern then runs on those instead of on every chunk.
+                conditions.append(Chunk.tsv.op("@@")(phrase))
+            stmt = (base_select(score).where(*conditions).order_by(score.desc(), Chunk.document_id, Chunk.ordinal)
+                    .limit(top_k))
             await conn.execute(text(f"SET LOCAL statement_timeout = {int(self._pattern_timeout_ms)}"))
             try:
+                if max_matches is not None:
+                    first = (select(Chunk.id).select_from(Chunk).join(Document, Document.id == Chunk.document_id)
+                             .where(*conditions).limit(max_matches + 1).subquery())
+                    found = (await conn.execute(select(func.count()).select_from(first))).scalar_one()
+                    if found > max_matches:
+                        raise PatternTooCommonError(
+                            f"pattern {pattern!r} is in more than {max_matches} chunks; make it more specific or "
+                            "narrow the filter")
                 rows = (await conn.execute(stmt)).all()
             except DBAPIError as exc:
                 if "statement timeout" in str(exc.orig):
