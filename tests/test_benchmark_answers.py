@@ -70,3 +70,19 @@ def test_each_question_is_asked_of_a_collection_without_its_article(monkeypatch:
         kept = {json.loads(line)["title"] for line in fold.corpus.read_text().splitlines()}
         asked_about = {title[paragraph] for rel in fold.qrels.values() for paragraph in rel}
         assert kept and asked_about and not kept & asked_about
+
+
+def test_transfer_settings_are_summarised_by_what_is_right_in_each() -> None:
+    from benchmarks.answers_transfer import summarise, web_style
+
+    assert web_style("  Who won the 2022 FIFA World Cup? ") == "who won the 2022 fifa world cup"
+    results = ([{"outcome": "answered", "right": True, "confidence": 0.9}] * 6
+               + [{"outcome": "answered", "right": False, "confidence": 0.9}] * 2
+               + [{"outcome": "no_answer", "right": False, "confidence": 0.05}] * 2)
+    answerable = summarise(results, answerable=True)
+    assert (answerable["answered"], answerable["no_answer"], answerable["questions"]) == (0.8, 0.2, 10)
+    # Among the 8 answers, 6 cite a relevant source first, all at confidence 0.9: one bin, |0.75 - 0.9|.
+    assert answerable["hit_at_1_of_answers"] == 0.75 and answerable["ece"] == pytest.approx(0.15)
+    # Where abstaining is right, no answer can be: no hit rate or calibration is reported.
+    unanswerable = summarise(results, answerable=False)
+    assert "ece" not in unanswerable and unanswerable["mean_confidence_of_answers"] == 0.9
