@@ -133,11 +133,13 @@ class OutputCheck:
     unresolved_citations: tuple[int, ...]
 
 
-def check_output(answer: str, cited: Iterable[int], available: int) -> OutputCheck:
+def check_output(answer: str, cited: Iterable[int], available: int, quoted: bool = False) -> OutputCheck:
     """The answer must not carry injection phrasing (a generator that obeyed instructions hidden
-    in a source would show it here), and every cited number must be within 1..available."""
+    in a source would show it here), and every cited number must be within 1..available. An answer
+    ``quoted`` from the sources (the extractive generator's) repeats them and cannot obey them, so
+    its phrasing is not checked."""
     problems = []
-    flags = injection_flags(answer)
+    flags = () if quoted else injection_flags(answer)
     if flags:
         problems.append(f"answer contains injection phrasing: {', '.join(flags)}")
     unresolved = tuple(sorted({n for n in cited if not 1 <= n <= available}))

@@ -334,7 +334,8 @@ class QueryPipeline:
 
         async def verify() -> GeneratedAnswer | Fallback:
             answer: GeneratedAnswer = run.results["generate"]
-            check = check_output(answer.answer, cited_numbers(answer.answer), len(context))
+            check = check_output(answer.answer, cited_numbers(answer.answer), len(context),
+                                 quoted=answer.generator == "extractive")
             if not check.ok:
                 raise OutputRejectedError(check.problems, check.unresolved_citations)
             if answer.fallback_reason:
