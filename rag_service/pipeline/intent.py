@@ -88,6 +88,36 @@ def extract_entities(text: str, time_expressions: Sequence[str] = ()) -> Entitie
     return Entities(identifiers=identifiers, quoted=quoted, numbers=numbers, names=names)
 
 
+_POSSESSIVE = frozenset({"its", "their", "theirs", "his", "her"})
+_WORD_TOKEN = re.compile(r"[A-Za-z][\w'-]*")
+
+
+def dangling_references(question: str) -> list[str]:
+    """The pronouns in a question that point outside it (at a previous turn the question does not
+    have): "How does it work?", "Who wrote that?", "this hymn". Not one with an antecedent in the
+    question ("When did Victoria enact its constitution?": a name before it; "Who may not require
+    that its teachers be certified?": a possessive after the asked-for subject), nor "that" as a
+    conjunction or relative pronoun (after a content word, with a clause after it)."""
+    tokens = _WORD_TOKEN.findall(question)
+    dangling = []
+    for i, token in enumerate(tokens):
+        low = token.lower()
+        if not _PRONOUN.fullmatch(token):
+            continue
+        before = tokens[:i]
+        # After a question word, verb or preposition "that" is a reference ("what is that", "about
+        # that"); after a content word and before a clause, a conjunction or relative pronoun.
+        if low == "that" and before and content_words(before[-1]) and len(tokens) - i > 2:
+            continue
+        if low not in ("this", "that", "these", "those"):
+            named_before = any(t[0].isupper() for t in before[1:])  # the first word is capitalised anyway
+            asked_subject = low in _POSSESSIVE and bool(before) and before[0].lower() in ("who", "which")
+            if named_before or asked_subject:
+                continue
+        dangling.append(token)
+    return dangling
+
+
 def resolve_references(question: str, history: Sequence[Turn]) -> tuple[str, dict[str, str]]:
     """Replace pronouns and "that document"-style references with the previous turn's subject."""
     subject = next((t.subject for t in reversed(history) if t.subject), None)
@@ -185,7 +215,7 @@ class IntentParser:
         missing: list[str] = []
         asks: list[str] = []
         unresolved_reference = not history and (_DEMONSTRATIVE_NOUN.search(question) or (
-            _PRONOUN.search(question) and len(words) <= 3))
+            dangling_references(question) and len(words) <= 3))
         if unresolved_reference:
             missing.append("what 'it'/'that' refers to")
             asks.append("Which document, product or topic do you mean?")
@@ -212,7 +242,7 @@ class IntentParser:
         score = 0.4 * len(missing)
         if len(words) <= 2 and query_type != "out_of_scope":
             score += 0.2
-        if _PRONOUN.search(question) and not history:
+        if dangling_references(question) and not history:
             score += 0.2
         return min(score, 1.0)
 

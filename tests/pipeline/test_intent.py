@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rag_service.domain import Guideline, GuidelineSet, RouteSpec, Turn
-from rag_service.pipeline.intent import IntentParser, extract_entities, resolve_references
+from rag_service.pipeline.intent import IntentParser, dangling_references, extract_entities, resolve_references
 from rag_service.pipeline.router import default_guidelines, route
 from rag_service.pipeline.timeexpr import extract_time_ranges
 
@@ -74,6 +74,7 @@ def test_query_types(question: str, query_type: str, complexity: str) -> None:
     ("What about that document?", "Which document"),
     ("HNSW", "What would you like to know about HNSW"),
     ("tell me about stuff", "specific subject"),
+    ("When was he elected by Nixon?", "Which document"),
 ])
 def test_ambiguous_questions_get_clarifications(question: str, asks: str) -> None:
     intent = parser.parse(question, NOW)
@@ -82,8 +83,24 @@ def test_ambiguous_questions_get_clarifications(question: str, asks: str) -> Non
     assert intent.missing
 
 
+@pytest.mark.parametrize("question, dangling", [
+    ("How does it work?", ["it"]), ("Who wrote that?", ["that"]), ("Is that true?", ["that"]),
+    ("When was he elected by Nixon?", ["he"]), ("Who is the translator of this hymn?", ["this"]),
+    ("Who wrote that hymn?", ["that"]), ("What are its limits?", ["its"]),
+    # An antecedent in the question: a name before the pronoun, or the asked-for subject.
+    ("When did Victoria enact its constitution?", []), ("Which company changed its name?", []),
+    ("Who may not require that its teachers be certified?", []),
+    # "that" as a conjunction or a relative pronoun.
+    ("Evidence indicates that Cydippids are not what?", []), ("What was the fort that was being built?", []),
+])
+def test_references_that_point_outside_the_question(question: str, dangling: list[str]) -> None:
+    assert dangling_references(question) == dangling
+
+
 @pytest.mark.parametrize("question", ["What is HNSW?", "How does PostgreSQL replicate data to standbys?",
-                                      "error E-4012", "Compare HNSW and IVFFlat"])
+                                      "error E-4012", "Compare HNSW and IVFFlat",
+                                      "When did Victoria enact its constitution?",
+                                      "Evidence indicates that Cydippids are not what?"])
 def test_clear_questions_need_no_clarification(question: str) -> None:
     intent = parser.parse(question, NOW)
     assert intent.clarifications == [] and intent.ambiguity < parser.ambiguity_threshold
