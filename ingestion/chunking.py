@@ -222,7 +222,8 @@ class Chunker:
             metadata["page"] = first
             if last != first:
                 metadata["page_end"] = last
-        if flags := injection_flags(span.text):  # text that reads as instructions to a model: marked, kept as data
+        # Text that reads as instructions to a model: marked, kept as data.
+        if flags := injection_flags(span.text, prose=True):
             metadata["injection_flags"] = list(flags)
         return ChunkDraft(
             ordinal=ordinal, text=span.text, start_char=span.start, end_char=span.start + len(span.text),

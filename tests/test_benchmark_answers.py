@@ -86,3 +86,4 @@ def test_transfer_settings_are_summarised_by_what_is_right_in_each() -> None:
     # Where abstaining is right, no answer can be: no hit rate or calibration is reported.
     unanswerable = summarise(results, answerable=False)
     assert "ece" not in unanswerable and unanswerable["mean_confidence_of_answers"] == 0.9
+    assert summarise([], answerable=True) == {"questions": 0}

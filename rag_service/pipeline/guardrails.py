@@ -2,8 +2,10 @@
 
 Input: a length limit, control characters stripped, prompt-injection phrasing flagged (recorded,
 and the generator is told to treat retrieved text as data), PII detected so logs and traces get
-a masked copy. Output: the answer must not carry what the input checks would flag, and every
-citation must point at a retrieved chunk.
+a masked copy. Output: an LLM's answer must not carry injection phrasing (read as prose: "act as"
+only as an order), and every citation must point at a retrieved chunk. An extractive answer quotes
+its sources, so its phrasing is not checked: a quoted chunk that reads as instructions is flagged in
+its metadata at ingestion.
 """
 
 from __future__ import annotations
@@ -139,7 +141,7 @@ def check_output(answer: str, cited: Iterable[int], available: int, quoted: bool
     ``quoted`` from the sources (the extractive generator's) repeats them and cannot obey them, so
     its phrasing is not checked."""
     problems = []
-    flags = () if quoted else injection_flags(answer)
+    flags = () if quoted else injection_flags(answer, prose=True)
     if flags:
         problems.append(f"answer contains injection phrasing: {', '.join(flags)}")
     unresolved = tuple(sorted({n for n in cited if not 1 <= n <= available}))

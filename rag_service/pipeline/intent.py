@@ -89,7 +89,14 @@ def extract_entities(text: str, time_expressions: Sequence[str] = ()) -> Entitie
 
 
 _POSSESSIVE = frozenset({"its", "their", "theirs", "his", "her"})
-_WORD_TOKEN = re.compile(r"[A-Za-z][\w'-]*")
+_DEMONSTRATIVE = frozenset({"this", "that", "these", "those"})
+# "that is", "this year": a clause or a time, not a reference ("that document" is _DEMONSTRATIVE_NOUN's).
+_NOT_A_REFERENCE = re.compile(r"\s+(is|was|are|were|year|week|month|quarter|day|one|document|time)\b", re.I)
+# "Is it possible to...", "it's worth...": "it" holding the subject's place, pointing at nothing.
+_PLACEHOLDER_IT = re.compile(r"it(\s+(is|was)|'s)?\s+(possible|true|necessary|important|better|best|safe|ok|okay|"
+                             r"worth|hard|easy|normal|common|required|recommended|likely|feasible|enough)\b", re.I)
+_BE = frozenset({"is", "are", "was", "were", "s"})
+_LETTERS = re.compile(r"[A-Za-z]+")
 
 
 def dangling_references(question: str) -> list[str]:
@@ -97,24 +104,33 @@ def dangling_references(question: str) -> list[str]:
     have): "How does it work?", "Who wrote that?", "this hymn". Not one with an antecedent in the
     question ("When did Victoria enact its constitution?": a name before it; "Who may not require
     that its teachers be certified?": a possessive after the asked-for subject), nor "that" as a
-    conjunction or relative pronoun (after a content word, with a clause after it)."""
-    tokens = _WORD_TOKEN.findall(question)
+    conjunction or relative pronoun (after a content word, with a clause after it), nor "this week",
+    "that is" or the placeholder "it" of "Is it possible...". Names are read from capitals, so a
+    question in lower case (or all capitals) has none."""
+    words = list(_LETTERS.finditer(question))
+    tokens = [m.group(0).lower() for m in words]
+    cased = question != question.upper()
     dangling = []
-    for i, token in enumerate(tokens):
-        low = token.lower()
-        if not _PRONOUN.fullmatch(token):
+    for i, match in enumerate(words):
+        low = tokens[i]
+        if not _PRONOUN.fullmatch(low):
             continue
-        before = tokens[:i]
-        # After a question word, verb or preposition "that" is a reference ("what is that", "about
-        # that"); after a content word and before a clause, a conjunction or relative pronoun.
-        if low == "that" and before and content_words(before[-1]) and len(tokens) - i > 2:
-            continue
-        if low not in ("this", "that", "these", "those"):
-            named_before = any(t[0].isupper() for t in before[1:])  # the first word is capitalised anyway
-            asked_subject = low in _POSSESSIVE and bool(before) and before[0].lower() in ("who", "which")
-            if named_before or asked_subject:
+        if low in _DEMONSTRATIVE:
+            if _NOT_A_REFERENCE.match(question, match.end()):
                 continue
-        dangling.append(token)
+            # After a question word, verb or preposition "that" is a reference ("what is that",
+            # "about that"); after a content word and before a clause, a conjunction or relative.
+            if low == "that" and i and content_words(tokens[i - 1]) and len(tokens) - i > 2:
+                continue
+        else:
+            if low == "it" and _PLACEHOLDER_IT.match(question, match.start()):
+                continue
+            names = [n for n in _names(question[:match.start()], set()) if n.split("'")[0] != "I"] if cased else []
+            asked_subject = (low in _POSSESSIVE and len(tokens) > i >= 2 and tokens[0] in ("who", "which")
+                             and tokens[1] not in _BE)
+            if names or asked_subject:
+                continue
+        dangling.append(match.group(0))
     return dangling
 
 
@@ -134,12 +150,10 @@ def resolve_references(question: str, history: Sequence[Turn]) -> tuple[str, dic
     def pronoun(m: re.Match[str]) -> str:
         word = m.group(0)
         low = word.lower()
-        if low in ("this", "that", "these", "those"):
-            # Only as a standalone reference ("what about that?"), not "that is" / "this year".
-            tail = text[m.end():m.end() + 12].lower()
-            if re.match(r"\s+(is|was|are|were|year|week|month|quarter|day|one|document|time)\b", tail):
-                return word
-        replacement = f"{subject}'s" if low in ("its", "their", "theirs", "his", "her") else subject
+        # Only as a standalone reference ("what about that?"), not "that is" / "this year".
+        if low in _DEMONSTRATIVE and _NOT_A_REFERENCE.match(text, m.end()):
+            return word
+        replacement = f"{subject}'s" if low in _POSSESSIVE else subject
         resolved[word] = replacement
         return replacement
 

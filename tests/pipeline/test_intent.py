@@ -75,6 +75,8 @@ def test_query_types(question: str, query_type: str, complexity: str) -> None:
     ("HNSW", "What would you like to know about HNSW"),
     ("tell me about stuff", "specific subject"),
     ("When was he elected by Nixon?", "Which document"),
+    ("How do I fix it?", "Which document"),
+    ("Who are their competitors?", "Which document"),
 ])
 def test_ambiguous_questions_get_clarifications(question: str, asks: str) -> None:
     intent = parser.parse(question, NOW)
@@ -92,6 +94,13 @@ def test_ambiguous_questions_get_clarifications(question: str, asks: str) -> Non
     ("Who may not require that its teachers be certified?", []),
     # "that" as a conjunction or a relative pronoun.
     ("Evidence indicates that Cydippids are not what?", []), ("What was the fort that was being built?", []),
+    # "I" is no antecedent, nor a capital that starts a sentence or fills a question in capitals.
+    ("How do I fix it?", ["it"]), ("Can I delete it?", ["it"]), ("HOW DOES IT WORK?", ["IT"]),
+    ("It failed. Why did it stop?", ["It", "it"]), ("Why it's slow?", ["it"]),
+    # The asked-for subject is no antecedent where "who"/"which" is followed by "be".
+    ("Who are their competitors?", ["their"]), ("Who is her manager?", ["her"]),
+    # Not references: a time, a clause, a placeholder subject.
+    ("What changed this week?", []), ("Is it possible to resize HNSW?", []), ("What is that?", ["that"]),
 ])
 def test_references_that_point_outside_the_question(question: str, dangling: list[str]) -> None:
     assert dangling_references(question) == dangling

@@ -54,7 +54,7 @@ class PatternSearchContract(CorpusFixtures):
 
     async def test_pattern_search_stops_past_max_matches(self, store: PatternStore, corpus) -> None:
         every = await store.pattern_search("e", ALL, 1000)
-        assert len(every) > 2
+        assert 2 < len(every) < 1000  # all of them, so the count below is exact
         assert await store.pattern_search("e", ALL, 5, max_matches=len(every)) == every[:5]
         with pytest.raises(PatternTooCommonError, match=f"more than {len(every) - 1} chunks"):
             await store.pattern_search("e", ALL, 5, max_matches=len(every) - 1)

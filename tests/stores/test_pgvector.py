@@ -149,11 +149,10 @@ def _random_unit_vectors(rng: np.random.Generator, n: int, dim: int = 384) -> np
 @pytest.mark.slow
 async def test_vector_search_uses_the_hnsw_index_at_realistic_size(databases) -> None:
     url = databases.create()
-    from rag_service.config import load_settings
+    from rag_service.config import Settings, load_settings
 
-    settings = load_settings(database_url=url)
-    db = Database.from_settings(settings, url=url)
-    store = PgVectorStore(db, ef_search=settings.hnsw_ef_search)  # the service's default
+    db = Database.from_settings(load_settings(database_url=url), url=url)
+    store = PgVectorStore(db, ef_search=Settings.model_fields["hnsw_ef_search"].default)  # the service's default
     rng = np.random.default_rng(7)
     n_docs, per_doc = 200, 100  # 20,000 chunks
     vectors = _random_unit_vectors(rng, n_docs * per_doc)
@@ -173,7 +172,7 @@ async def test_vector_search_uses_the_hnsw_index_at_realistic_size(databases) ->
         visible = np.array([(i // per_doc) % 10 != 0 for i in range(len(vectors))])
         # Recall is averaged over 20 queries: pgvector draws each node's graph level at random
         # (unseeded), and one query in an unlucky build can miss its neighbourhood entirely (it
-        # happened once at ef_search 40: recall 0.0 on a single query), while the mean is stable.
+        # happened once at ef_search 40: recall 0.0 on a single query); one such query is allowed.
         recalls = []
         for source in rng.choice(np.flatnonzero(visible), size=20, replace=False):
             query = vectors[source] + 0.05 * rng.normal(size=384).astype(np.float32)
@@ -188,7 +187,7 @@ async def test_vector_search_uses_the_hnsw_index_at_realistic_size(databases) ->
             exact = set(np.argsort(-sims)[:10].tolist())
             got = {int(h.text.split()[1].split("-")[0]) * per_doc + int(h.text.split("-")[1]) for h in hits}
             recalls.append(len(exact & got) / 10)
-        assert np.mean(recalls) >= 0.8, f"HNSW mean recall@10 = {np.mean(recalls):.2f} ({recalls})"
+        assert np.mean(recalls) >= 0.95 and sum(r < 0.8 for r in recalls) <= 1, f"HNSW recall@10: {recalls}"
     finally:
         await db.dispose()
 

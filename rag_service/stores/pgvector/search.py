@@ -231,19 +231,23 @@ class PgSearches(PgStoreBase):
                 # The full-text index narrows the scan to chunks holding the phrase's words in
                 # order; the pattern then runs on those instead of on every chunk.
                 conditions.append(Chunk.tsv.op("@@")(phrase))
-            stmt = (base_select(score).where(*conditions).order_by(score.desc(), Chunk.document_id, Chunk.ordinal)
-                    .limit(top_k))
+            if max_matches is None:
+                stmt = base_select(score).where(*conditions)
+            else:
+                # One statement: the scan stops at max_matches + 1 matches, and only those are scored.
+                found = (select(Chunk.id).select_from(Chunk).join(Document, Document.id == Chunk.document_id)
+                         .where(*conditions).limit(max_matches + 1).cte("found"))
+                matched = select(func.count()).select_from(found).scalar_subquery()
+                stmt = base_select(score).add_columns(matched.label("matched")).where(
+                    Chunk.id.in_(select(found.c.id)))
+            stmt = stmt.order_by(score.desc(), Chunk.document_id, Chunk.ordinal).limit(top_k)
             await conn.execute(text(f"SET LOCAL statement_timeout = {int(self._pattern_timeout_ms)}"))
             try:
-                if max_matches is not None:
-                    first = (select(Chunk.id).select_from(Chunk).join(Document, Document.id == Chunk.document_id)
-                             .where(*conditions).limit(max_matches + 1).subquery())
-                    found = (await conn.execute(select(func.count()).select_from(first))).scalar_one()
-                    if found > max_matches:
-                        raise PatternTooCommonError(
-                            f"pattern {pattern!r} is in more than {max_matches} chunks; make it more specific or "
-                            "narrow the filter")
                 rows = (await conn.execute(stmt)).all()
+                if max_matches is not None and rows and rows[0].matched > max_matches:
+                    raise PatternTooCommonError(
+                        f"pattern {pattern!r} is in more than {max_matches} chunks; make it more specific or "
+                        "narrow the filter")
             except DBAPIError as exc:
                 if "statement timeout" in str(exc.orig):
                     raise InvalidInputError(
