@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     # From the measured curve at 1,000,000 chunks (docs/benchmarks.md, "Scale"): recall@10 against an
     # exact scan 0.93 at 40, 0.966 at 100, 0.988 at 200; p95 7.2 ms at 100, 10.7 ms at 200.
     hnsw_ef_search: int = Field(default=100, ge=1, le=1000)
+    vector_index: Literal["full", "half"] = Field(
+        default="full", description="half: walk the half-precision HNSW index `ragsvc db half-index` builds "
+                                    "(pgvector 0.7+; 57% of the full index's size, recall@10 about a point lower).")
     pattern_timeout_ms: int = Field(default=2_000, ge=10, description="Bound on one pattern search.")
     pattern_max_matches: int = Field(
         default=1_000, ge=1, description="The pattern strategy leaves a pattern found in more chunks than this to "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 from pgvector import Bit, HalfVector, SparseVector, Vector
@@ -29,6 +29,7 @@ from sqlalchemy.sql.elements import ClauseElement
 
 from rag_service.db.engine import Database
 from rag_service.errors import SchemaMismatchError
+from rag_service.stores.pgvector.half import HALF_INDEX
 from rag_service.stores.pgvector.term_index import TermIndex
 
 
@@ -38,6 +39,7 @@ class SchemaInfo:
     text_search_config: str
     has_trgm: bool
     pgvector_version: tuple[int, ...] = (0,)
+    half_index: bool = False  # ``ragsvc db half-index`` built the half-precision index (half.py)
 
     @property
     def iterative_scans(self) -> bool:
@@ -112,14 +114,17 @@ class PgStoreBase:
     """The state the write and search mixins share, and the helpers they all need."""
 
     def __init__(self, db: Database, *, ef_search: int = 40, pattern_timeout_ms: int = 2000,
-                 term_index: TermIndex | None = None) -> None:
+                 term_index: TermIndex | None = None, vector_index: Literal["full", "half"] = "full") -> None:
         if ef_search < 1:
             raise ValueError("ef_search must be >= 1")
+        if vector_index not in ("full", "half"):
+            raise ValueError(f"vector_index must be 'full' or 'half', not {vector_index!r}")
         if pattern_timeout_ms < 1:
             raise ValueError("pattern_timeout_ms must be >= 1")
         self._db = db
         self._ef_search = ef_search
         self._pattern_timeout_ms = pattern_timeout_ms
+        self._vector_index = vector_index  # which HNSW index nearest-neighbour search walks
         self._term_index = term_index  # tantivy beside PostgreSQL for BM25 top k (None: SQL only)
         self._schema: SchemaInfo | None = None
         self._vector_registered: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -160,11 +165,13 @@ class PgStoreBase:
                     ) from exc
                 pgvector = (await conn.execute(text(
                     "SELECT extversion FROM pg_extension WHERE extname = 'vector'"))).scalar_one_or_none()
+                half_index = (await conn.execute(text("SELECT 1 FROM pg_indexes WHERE indexname = :i"),
+                                                 {"i": HALF_INDEX})).first() is not None
             self._schema = SchemaInfo(
                 embedding_dimension=int(rows["embedding_dimension"]),
                 text_search_config=rows["text_search_config"],
                 has_trgm=rows.get("pg_trgm") == "yes",
-                pgvector_version=parse_version(pgvector),
+                pgvector_version=parse_version(pgvector), half_index=half_index,
             )
         return self._schema
 

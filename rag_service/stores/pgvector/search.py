@@ -20,11 +20,12 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from rag_service.db.models import Chunk, Document
 from rag_service.domain import SearchFilter, SearchHit
-from rag_service.errors import InvalidInputError, PatternTooCommonError
+from rag_service.errors import ConfigError, InvalidInputError, PatternTooCommonError
 from rag_service.stores.base import PatternMode, RecencyOrder
 from rag_service.stores.patterns import escape_like, validate_pattern
 from rag_service.stores.pgvector.connection import PgStoreBase
 from rag_service.stores.pgvector.filters import build_filter, check_top_k
+from rag_service.stores.pgvector.half import half_distance, require_half_support
 
 HNSW_MAX_EF_SEARCH = 1000  # pgvector's upper bound for hnsw.ef_search
 WIDEN_MARGIN = 1.5  # read this many times the candidates the filter's observed share implies
@@ -116,10 +117,13 @@ class PgSearches(PgStoreBase):
         if not np.isfinite(vector).all() or not np.any(vector):
             raise InvalidInputError("query embedding must be finite and not all zeros (cosine is undefined)")
         distance = Chunk.embedding.cosine_distance(vector)
+        # The score is the full-precision cosine either way; with the half-precision index only
+        # the order (the walk through the graph) is in half precision.
+        order = half_distance(vector, dim) if self._vector_index == "half" else distance
         return (
             base_select(1 - distance)
             .where(Chunk.embedding.is_not(None), *build_filter(flt))
-            .order_by(distance)
+            .order_by(order)
             .limit(top_k)
         )
 
@@ -127,6 +131,10 @@ class PgSearches(PgStoreBase):
         self, embedding: Sequence[float], flt: SearchFilter, top_k: int, *, exact: bool = False
     ) -> list[SearchHit]:
         schema = await self.schema()
+        if self._vector_index == "half" and not schema.half_index:
+            require_half_support(schema.pgvector_version)
+            raise ConfigError("RAGSVC_VECTOR_INDEX=half, but the database has no half-precision index: build it "
+                              "with `ragsvc db half-index`, or set RAGSVC_VECTOR_INDEX=full")
         stmt = self.vector_query(embedding, flt, top_k, schema.embedding_dimension)
         ef_search = max(self._ef_search, top_k)
         async with self._db.connect() as conn:

@@ -28,4 +28,4 @@ class PgVectorStore(PgKeywordSearch, PgSearches, PgWrites):
             db, settings.data_dir / "keyword-index",
             min_chunks=settings.keyword_index_min_chunks if settings.keyword_engine == "auto" else 0)
         return cls(db, ef_search=settings.hnsw_ef_search, pattern_timeout_ms=settings.pattern_timeout_ms,
-                   term_index=term_index)
+                   term_index=term_index, vector_index=settings.vector_index)
