@@ -46,7 +46,9 @@ async def measure(data_dir: Path, n_queries: int, efs: list[int], drop: bool) ->
         fixed_texts = calibration_texts(seed())
         before = calibration(runtime, fixed_texts)
         # In memory, with one parallel worker, as benchmarks.scale builds the full index.
-        built = await build_half_index(runtime.db, dim, maintenance_work_mem="4GB", parallel_workers=1)
+        built = await build_half_index(runtime.db, dim, m=runtime.settings.hnsw_m,
+                                       ef_construction=runtime.settings.hnsw_ef_construction,
+                                       maintenance_work_mem="4GB", parallel_workers=1)
         async with runtime.db.engine.connect() as conn:
             sizes = {name: (await conn.execute(text("SELECT pg_relation_size(CAST(:i AS regclass))"),
                                                {"i": name})).scalar_one() / 2**20 for name in (FULL_INDEX, HALF_INDEX)}

@@ -57,23 +57,32 @@ def db_downgrade(
 def db_half_index(
     drop: Annotated[bool, typer.Option("--drop", help="Drop the half-precision index instead.")] = False,
     maintenance_work_mem: Annotated[str, typer.Option(
-        help="PostgreSQL's memory for the build; an index that fits builds far faster (about 1.2 GB at a "
-             "million 384-dimension chunks).")] = "1GB",
+        help="PostgreSQL's memory for the build, in MB or GB; an index that fits builds far faster (about "
+             "1.2 GB at a million 384-dimension chunks).")] = "1GB",
     as_json: JsonFlag = False,
 ) -> None:
     """Build (or drop) the half-precision HNSW index that RAGSVC_VECTOR_INDEX=half searches
-    (pgvector 0.7 or later; minutes at a million chunks). PostgreSQL keeps it up to date afterwards."""
-    from rag_service.stores.pgvector.half import build_half_index, drop_half_index, require_half_support
+    (pgvector 0.7 or later; minutes at a million chunks, built concurrently so writes go on).
+    PostgreSQL keeps it up to date afterwards; running services pick it up, or notice it gone,
+    within a minute."""
+    from rag_service.stores.pgvector.half import (
+        build_half_index,
+        check_memory,
+        drop_half_index,
+        require_half_support,
+    )
+
+    check_memory(maintenance_work_mem)  # before opening anything
 
     async def work(runtime: Runtime) -> dict:
-        store = runtime.store
-        schema = await store.schema()
         if drop:
             return {"action": "drop", "dropped": await drop_half_index(runtime.db)}
+        schema = await runtime.store.schema()
         require_half_support(schema.pgvector_version)
         stderr.print("building the half-precision index (minutes for a million chunks) ...")
-        seconds = await build_half_index(runtime.db, schema.embedding_dimension,
-                                         maintenance_work_mem=maintenance_work_mem)
+        seconds = await build_half_index(
+            runtime.db, schema.embedding_dimension, m=runtime.settings.hnsw_m,
+            ef_construction=runtime.settings.hnsw_ef_construction, maintenance_work_mem=maintenance_work_mem)
         return {"action": "build", "built": seconds is not None,
                 "seconds": round(seconds, 1) if seconds is not None else None}
 

@@ -43,6 +43,12 @@ def serve(
             return await runtime.keys.any_active()
 
         check_exposure(config.host, run_with_runtime(any_active_key, check_schema=True))
+    if config.vector_index == "half":
+
+        async def half_index_ready(runtime: Runtime) -> None:
+            await runtime.store.check_vector_index()
+
+        run_with_runtime(half_index_ready, check_schema=True)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal under the
     # handlers it found. With the default ones the process would die without running atexit,
     # leaving the embedded PostgreSQL running; these turn a graceful stop into a clean exit.

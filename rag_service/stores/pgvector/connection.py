@@ -4,6 +4,9 @@ parameters read once from the migration, and psycopg connections with pgvector's
 from __future__ import annotations
 
 import functools
+import logging
+import math
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -28,9 +31,12 @@ from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.elements import ClauseElement
 
 from rag_service.db.engine import Database
-from rag_service.errors import SchemaMismatchError
-from rag_service.stores.pgvector.half import HALF_INDEX
+from rag_service.errors import ConfigError, SchemaMismatchError
+from rag_service.stores.pgvector.half import MIN_PGVECTOR, half_index_state, require_half_support
 from rag_service.stores.pgvector.term_index import TermIndex
+
+log = logging.getLogger(__name__)
+HALF_RECHECK_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -39,12 +45,16 @@ class SchemaInfo:
     text_search_config: str
     has_trgm: bool
     pgvector_version: tuple[int, ...] = (0,)
-    half_index: bool = False  # ``ragsvc db half-index`` built the half-precision index (half.py)
 
     @property
     def iterative_scans(self) -> bool:
         """pgvector 0.8 can continue an HNSW scan until the filters have let ``top_k`` rows through."""
         return self.pgvector_version >= (0, 8)
+
+    @property
+    def halfvec(self) -> bool:
+        """pgvector 0.7 has half-precision vectors, and so the optional half-precision index."""
+        return self.pgvector_version >= MIN_PGVECTOR
 
 
 def parse_version(value: str | None) -> tuple[int, ...]:
@@ -125,6 +135,10 @@ class PgStoreBase:
         self._ef_search = ef_search
         self._pattern_timeout_ms = pattern_timeout_ms
         self._vector_index = vector_index  # which HNSW index nearest-neighbour search walks
+        # Whether the half-precision index is there, re-read every HALF_RECHECK_S: built or dropped
+        # while the service runs, it is picked up or left without a restart.
+        self._half_ready = False
+        self._half_checked_at = -math.inf
         self._term_index = term_index  # tantivy beside PostgreSQL for BM25 top k (None: SQL only)
         self._schema: SchemaInfo | None = None
         self._vector_registered: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -165,15 +179,39 @@ class PgStoreBase:
                     ) from exc
                 pgvector = (await conn.execute(text(
                     "SELECT extversion FROM pg_extension WHERE extname = 'vector'"))).scalar_one_or_none()
-                half_index = (await conn.execute(text("SELECT 1 FROM pg_indexes WHERE indexname = :i"),
-                                                 {"i": HALF_INDEX})).first() is not None
             self._schema = SchemaInfo(
                 embedding_dimension=int(rows["embedding_dimension"]),
                 text_search_config=rows["text_search_config"],
                 has_trgm=rows.get("pg_trgm") == "yes",
-                pgvector_version=parse_version(pgvector), half_index=half_index,
+                pgvector_version=parse_version(pgvector),
             )
         return self._schema
+
+    async def check_vector_index(self) -> None:
+        """For start-up: RAGSVC_VECTOR_INDEX=half needs pgvector 0.7+ and a valid half-precision index."""
+        if self._vector_index != "half":
+            return
+        require_half_support((await self.schema()).pgvector_version)
+        async with self._db.connect() as conn:
+            if not await half_index_state(conn):
+                raise ConfigError("RAGSVC_VECTOR_INDEX=half, but the database has no valid half-precision index: "
+                                  "build it with `ragsvc db half-index`, or set RAGSVC_VECTOR_INDEX=full")
+
+    async def _walk_half_index(self) -> bool:
+        """Whether nearest-neighbour search should walk the half-precision index: configured, and
+        there (checked at most every HALF_RECHECK_S). Configured but missing, search walks the full
+        index, with a warning when that starts."""
+        if self._vector_index != "half":
+            return False
+        now = time.monotonic()
+        if now - self._half_checked_at >= HALF_RECHECK_S:
+            async with self._db.connect() as conn:
+                ready = bool(await half_index_state(conn))
+            if not ready and (self._half_ready or math.isinf(self._half_checked_at)):
+                log.warning("RAGSVC_VECTOR_INDEX=half, but there is no valid half-precision index: searching the "
+                            "full-precision one (build it with `ragsvc db half-index`)")
+            self._half_ready, self._half_checked_at = ready, now
+        return self._half_ready
 
     async def explain(self, statement: Select[Any]) -> str:
         """PostgreSQL's plan for a search statement, as EXPLAIN prints it."""

@@ -20,12 +20,12 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from rag_service.db.models import Chunk, Document
 from rag_service.domain import SearchFilter, SearchHit
-from rag_service.errors import ConfigError, InvalidInputError, PatternTooCommonError
+from rag_service.errors import InvalidInputError, PatternTooCommonError
 from rag_service.stores.base import PatternMode, RecencyOrder
 from rag_service.stores.patterns import escape_like, validate_pattern
 from rag_service.stores.pgvector.connection import PgStoreBase
 from rag_service.stores.pgvector.filters import build_filter, check_top_k
-from rag_service.stores.pgvector.half import half_distance, require_half_support
+from rag_service.stores.pgvector.half import half_distance
 
 HNSW_MAX_EF_SEARCH = 1000  # pgvector's upper bound for hnsw.ef_search
 WIDEN_MARGIN = 1.5  # read this many times the candidates the filter's observed share implies
@@ -108,8 +108,10 @@ def to_hits(rows: Sequence[Any]) -> list[SearchHit]:
 class PgSearches(PgStoreBase):
     """Vector, full-text, metadata and pattern search, and reads of stored chunks by id."""
 
-    def vector_query(self, embedding: Sequence[float], flt: SearchFilter, top_k: int, dim: int) -> Select[Any]:
-        """The nearest-neighbour statement (public so its plan can be inspected with EXPLAIN)."""
+    def vector_query(self, embedding: Sequence[float], flt: SearchFilter, top_k: int, dim: int,
+                     half: bool = False) -> Select[Any]:
+        """The nearest-neighbour statement (public so its plan can be inspected with EXPLAIN);
+        ``half``: ordered as the half-precision index walks."""
         check_top_k(top_k)
         if len(embedding) != dim:
             raise InvalidInputError(f"query embedding has {len(embedding)} dimensions; the store holds {dim}")
@@ -119,7 +121,7 @@ class PgSearches(PgStoreBase):
         distance = Chunk.embedding.cosine_distance(vector)
         # The score is the full-precision cosine either way; with the half-precision index only
         # the order (the walk through the graph) is in half precision.
-        order = half_distance(vector, dim) if self._vector_index == "half" else distance
+        order = half_distance(vector, dim) if half else distance
         return (
             base_select(1 - distance)
             .where(Chunk.embedding.is_not(None), *build_filter(flt))
@@ -131,11 +133,8 @@ class PgSearches(PgStoreBase):
         self, embedding: Sequence[float], flt: SearchFilter, top_k: int, *, exact: bool = False
     ) -> list[SearchHit]:
         schema = await self.schema()
-        if self._vector_index == "half" and not schema.half_index:
-            require_half_support(schema.pgvector_version)
-            raise ConfigError("RAGSVC_VECTOR_INDEX=half, but the database has no half-precision index: build it "
-                              "with `ragsvc db half-index`, or set RAGSVC_VECTOR_INDEX=full")
-        stmt = self.vector_query(embedding, flt, top_k, schema.embedding_dimension)
+        half = not exact and await self._walk_half_index()
+        stmt = self.vector_query(embedding, flt, top_k, schema.embedding_dimension, half=half)
         ef_search = max(self._ef_search, top_k)
         async with self._db.connect() as conn:
             await conn.execute(text(f"SET LOCAL hnsw.ef_search = {ef_search}"))
@@ -160,6 +159,9 @@ class PgSearches(PgStoreBase):
                 # rows the other conditions select (so hnsw.iterative_scan, if set, plays no part).
                 distance = Chunk.embedding.cosine_distance(np.asarray(embedding, dtype=np.float32))
                 rows = (await conn.execute(stmt.order_by(None).order_by(distance + 0))).all()
+            elif half:
+                # Walked in half precision, scored in full: near ties can swap, so order by the score.
+                rows = sorted(rows, key=lambda row: -row.score)
         return to_hits(rows)
 
     async def text_search(self, query: str, flt: SearchFilter, top_k: int) -> list[SearchHit]:
