@@ -35,7 +35,9 @@ from benchmarks.ir import latency, recall_at_k
 from benchmarks.scale import COLLECTION, calibration, calibration_texts, seed, timed
 from rag_service.domain import SearchFilter
 from rag_service.stores.pgvector import PgVectorStore
-from rag_service.stores.pgvector.half import FULL_INDEX, HALF_INDEX, build_half_index, drop_half_index
+from rag_service.stores.pgvector.half import HALF_INDEX, build_half_index, drop_half_index
+
+FULL_INDEX = "ix_chunks_embedding_hnsw"  # migration 0001's
 
 
 async def measure(data_dir: Path, n_queries: int, efs: list[int], drop: bool) -> dict:
