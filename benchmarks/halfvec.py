@@ -30,9 +30,10 @@ from pathlib import Path
 
 from sqlalchemy import text
 
+from benchmarks.calibration import calibration, calibration_texts
 from benchmarks.datasets import BENCH_DATA, open_runtime, scifact
 from benchmarks.ir import latency, recall_at_k
-from benchmarks.scale import COLLECTION, calibration, calibration_texts, seed, timed
+from benchmarks.scale import COLLECTION, seed, timed
 from rag_service.domain import SearchFilter
 from rag_service.stores.pgvector import PgVectorStore
 from rag_service.stores.pgvector.half import HALF_INDEX, build_half_index, drop_half_index

@@ -45,6 +45,7 @@ import httpx
 import numpy as np
 from sqlalchemy import text
 
+from benchmarks.calibration import calibration, calibration_texts
 from benchmarks.datasets import BENCH_DATA, ingest_once, open_runtime, scifact
 from benchmarks.ir import latency, quality, ranking, recall_at_k
 from benchmarks.scale_data import (
@@ -91,21 +92,6 @@ def seed() -> Seed:
         found.documents = [d for d in found.documents if d.source_uri in corpus]
         save_seed(found, SEED_FILE)
     return load_seed(SEED_FILE)
-
-
-CALIBRATION_CHUNKS = 256
-
-
-def calibration_texts(the_seed: Seed) -> list[str]:
-    """The fixed SciFact chunks every scale benchmark times the raw embedder on."""
-    return [c.text for c in the_seed.leaves[:CALIBRATION_CHUNKS]]
-
-
-def calibration(runtime, texts: list[str]) -> float:  # noqa: ANN001
-    runtime.embedder.encode(texts[:8])
-    started = time.perf_counter()
-    runtime.embedder.encode(texts)
-    return round(len(texts) / (time.perf_counter() - started), 1)
 
 
 async def common_queries(runtime, queries: list[str]) -> list[str]:  # noqa: ANN001

@@ -33,8 +33,9 @@ from pathlib import Path
 
 from sqlalchemy import text
 
+from benchmarks.calibration import calibration, calibration_texts
 from benchmarks.datasets import BENCH_DATA, open_runtime, scifact
-from benchmarks.scale import calibration, calibration_texts, chunk_count, ensure_hnsw, log, seed
+from benchmarks.scale import chunk_count, ensure_hnsw, log, seed
 from benchmarks.scale_data import Seed, real_documents
 from ingestion.pipeline import IngestOptions
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.datasets import BENCH_DATA, open_runtime, scifact
-from benchmarks.ir import quality
+from benchmarks.ir import quality, ranking
 from benchmarks.scale import COLLECTION
 from rag_service.domain import SearchRequest
 from rag_service.pipeline.retrieval.search import search
@@ -54,12 +54,7 @@ async def timed_searches(data_dir: Path, queries: dict[str, str], passes: int) -
 
 
 def ndcg_at_10(rows: list[dict], qrels: dict[str, dict[str, int]]) -> float:
-    run = {}
-    for row in rows:
-        ranks: dict[str, float] = {}
-        for i, uri in enumerate(row["documents"]):
-            ranks.setdefault(uri, 1.0 / (i + 1))  # a document ranks where its first chunk does
-        run[row["qid"]] = ranks or {"-": 0.0}
+    run = {row["qid"]: ranking(row["documents"]) for row in rows}  # a document ranks where its first chunk does
     return quality(qrels, run, ["ndcg@10"])["ndcg@10"]
 
 

@@ -178,8 +178,10 @@ class IntentParser:
         subs = split_subqueries(question)
         words = content_words(question)
         query_type, confidence = self._type(question, entities, ranges, subs, words)
-        missing, clarifications = self._gaps(question, query_type, entities, words, resolved, history)
-        ambiguity = self._ambiguity(question, query_type, words, missing, resolved, history)
+        # Without a conversation, the pronouns nothing in the question resolves (with one, resolved above).
+        dangling = [] if history else dangling_references(question)
+        missing, clarifications = self._gaps(question, query_type, entities, words, dangling, history)
+        ambiguity = self._ambiguity(query_type, words, missing, dangling)
         if ambiguity < self.ambiguity_threshold:
             clarifications = []
         complexity = self._complexity(question, query_type, subs, entities, words)
@@ -225,11 +227,11 @@ class IntentParser:
 
     @staticmethod
     def _gaps(question: str, query_type: QueryType, entities: Entities, words: list[str],
-              resolved: dict[str, str], history: Sequence[Turn]) -> tuple[list[str], list[str]]:
+              dangling: list[str], history: Sequence[Turn]) -> tuple[list[str], list[str]]:
         missing: list[str] = []
         asks: list[str] = []
         unresolved_reference = not history and (_DEMONSTRATIVE_NOUN.search(question) or (
-            dangling_references(question) and len(words) <= 3))
+            dangling and len(words) <= 3))
         if unresolved_reference:
             missing.append("what 'it'/'that' refers to")
             asks.append("Which document, product or topic do you mean?")
@@ -250,13 +252,12 @@ class IntentParser:
         return missing, asks
 
     @staticmethod
-    def _ambiguity(question: str, query_type: QueryType, words: list[str], missing: list[str],
-                   resolved: dict[str, str], history: Sequence[Turn]) -> float:
+    def _ambiguity(query_type: QueryType, words: list[str], missing: list[str], dangling: list[str]) -> float:
         # Each missing piece weighs most; a very short question and an unresolved pronoun add doubt.
         score = 0.4 * len(missing)
         if len(words) <= 2 and query_type != "out_of_scope":
             score += 0.2
-        if dangling_references(question) and not history:
+        if dangling:
             score += 0.2
         return min(score, 1.0)
 

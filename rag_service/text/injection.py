@@ -19,20 +19,19 @@ _ORDER_TO_ACT_AS = (
     r"|\b(please|now|from now on|then|okay|ok|just|always|kindly|you (will|must|should|shall|are to|need to)"
     r"|i want you to|(your|the) (task|job|role) is to),?\s+act as\b"
 )
-_COMMON = [
-    ("ignore-instructions", re.compile(
-        r"\b(ignore|disregard|forget|override)\b[^.?!\n]{0,40}\b(previous|prior|above|earlier|all|your|the)\b"
-        r"[^.?!\n]{0,20}\b(instructions?|prompts?|rules|directions|context)\b", re.I)),
-    ("system-prompt", re.compile(
-        r"\b(system prompt|developer message|hidden instructions?|reveal (your|the) (prompt|instructions))\b", re.I)),
-    ("chat-markup", re.compile(r"<\|?(im_start|im_end|system|assistant)\|?>|\[/?INST\]|###\s*(system|instruction)",
-                               re.I)),
-    ("jailbreak", re.compile(r"\b(jailbreak|DAN mode|do anything now|developer mode)\b", re.I)),
-]
+_IGNORE = ("ignore-instructions", re.compile(
+    r"\b(ignore|disregard|forget|override)\b[^.?!\n]{0,40}\b(previous|prior|above|earlier|all|your|the)\b"
+    r"[^.?!\n]{0,20}\b(instructions?|prompts?|rules|directions|context)\b", re.I))
+_SYSTEM_PROMPT = ("system-prompt", re.compile(
+    r"\b(system prompt|developer message|hidden instructions?|reveal (your|the) (prompt|instructions))\b", re.I))
+_CHAT_MARKUP = ("chat-markup", re.compile(
+    r"<\|?(im_start|im_end|system|assistant)\|?>|\[/?INST\]|###\s*(system|instruction)", re.I))
+_JAILBREAK = ("jailbreak", re.compile(r"\b(jailbreak|DAN mode|do anything now|developer mode)\b", re.I))
 # In the order the flags are reported.
-INJECTION_PATTERNS = [_COMMON[0], ("role-override", re.compile(_ROLE_OVERRIDE + r"|\bact as\b", re.I)), *_COMMON[1:]]
-PROSE_PATTERNS = [_COMMON[0], ("role-override", re.compile(_ROLE_OVERRIDE + "|" + _ORDER_TO_ACT_AS, re.I)),
-                  *_COMMON[1:]]
+INJECTION_PATTERNS = [_IGNORE, ("role-override", re.compile(_ROLE_OVERRIDE + r"|\bact as\b", re.I)),
+                      _SYSTEM_PROMPT, _CHAT_MARKUP, _JAILBREAK]
+PROSE_PATTERNS = [_IGNORE, ("role-override", re.compile(_ROLE_OVERRIDE + "|" + _ORDER_TO_ACT_AS, re.I)),
+                  _SYSTEM_PROMPT, _CHAT_MARKUP, _JAILBREAK]
 
 
 def injection_flags(text: str, *, prose: bool = False) -> tuple[str, ...]:

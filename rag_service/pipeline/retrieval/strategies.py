@@ -176,7 +176,7 @@ class PatternStrategy:
         if not specs:
             return []
         store = _capability(self._store, PatternSearch, self.name)
-        results = await asyncio.gather(*[self._one(store, spec, query, self._max_matches) for spec in specs])
+        results = await asyncio.gather(*[self._one(store, spec, query) for spec in specs])
         common = [spec.text for spec, result in zip(specs, results, strict=True) if result is None]
         if common:
             query.detail["too_common"] = common
@@ -195,9 +195,7 @@ class PatternStrategy:
             for c in order[: query.top_k]
         ]
 
-    @staticmethod
-    async def _one(store: PatternSearch, spec: PatternSpec, query: StrategyQuery,
-                   max_matches: int | None) -> list[SearchHit] | None:
+    async def _one(self, store: PatternSearch, spec: PatternSpec, query: StrategyQuery) -> list[SearchHit] | None:
         """The pattern's hits; None when it is too common to rank."""
         # Identifiers are whole tokens, so the full-text index can narrow the scan first; a
         # quoted phrase may sit inside tokens the text parser splits differently (URLs, paths),
@@ -205,7 +203,7 @@ class PatternStrategy:
         prefilter = spec.text if spec.kind == "identifier" else None
         try:
             return await store.pattern_search(spec.pattern, query.filter, query.top_k, mode=spec.mode,
-                                              prefilter=prefilter, max_matches=max_matches)
+                                              prefilter=prefilter, max_matches=self._max_matches)
         except PatternTooCommonError:
             return None
         except InvalidInputError as exc:
