@@ -71,6 +71,7 @@ from rag_service.pipeline.generation.spans import candidates, span_features
 from rag_service.pipeline.orchestrator import QueryPipeline
 from rag_service.providers.embeddings import LocalEmbedder
 from rag_service.providers.rerankers import LinearModel
+from rag_service.providers.syntax import default_parser
 from rag_service.text.questions import focus, wants_clause
 
 OUTPUT_DIR = Path(__file__).resolve().parents[1] / "rag_service" / "providers" / "data"
@@ -188,19 +189,26 @@ def span_rows(examples: list[dict], answerable: np.ndarray) -> tuple[np.ndarray,
     the answer?, question index, article). ``answerable`` is each example's out-of-fold
     answerability probability, as a model that never saw its article would give it."""
     generator = ExtractiveGenerator(abstain_below=0.0)
-    x, y, question, groups = [], [], [], []
+    best: dict[int, str] = {}
     for i, e in enumerate(examples):
         if e["setting"] != "full" or wants_clause(e["question"]):  # never given a short answer
             continue
         selection = generator.select(e["question"], e["sub_questions"],
                                      [Candidate.model_validate(c) for c in e["context"]])
-        if selection is None:
-            continue
-        spans = candidates(selection.best, e["question"])
+        if selection is not None:
+            best[i] = selection.best
+    # The parses, batched (spaCy parses a list faster than one text at a time; the same parses).
+    texts = [text for i, sentence in best.items() for text in (examples[i]["question"], sentence)]
+    parses = default_parser().parse(texts)
+    x, y, question, groups = [], [], [], []
+    for n, (i, sentence) in enumerate(best.items()):
+        e = examples[i]
+        parsed = (parses[2 * n], parses[2 * n + 1])
+        spans = candidates(sentence, e["question"], parsed[1])
         asked = focus(e["question"])
         answers = {normalize(a) for a in e["answers"]}
         for span in spans:
-            x.append(span_features(span, spans, selection.best, asked, float(answerable[i])))
+            x.append(span_features(span, spans, sentence, asked, float(answerable[i]), parsed))
             y.append(int(normalize(span.text) in answers))
             question.append(i)
             groups.append(e["title"])

@@ -8,6 +8,7 @@ reports the answerability probability."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections import Counter
@@ -15,12 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rag_service.domain import Candidate, Citation, Complexity, GeneratedAnswer
+from rag_service.domain import Candidate, Citation, Complexity, GeneratedAnswer, Parsed
 from rag_service.domain.prompts import PromptVersion
 from rag_service.errors import ProviderError
 from rag_service.pipeline.generation.alignment import alignment, passage
 from rag_service.pipeline.generation.answerability import Assessment, Evidence, assess, undecided
-from rag_service.pipeline.generation.spans import short_answer
+from rag_service.pipeline.generation.spans import parse_for_short_answer, short_answer
 from rag_service.pipeline.generation.tokens import TokenSink
 from rag_service.providers.embeddings import TokenEncoder
 from rag_service.text.citations import verify_claims
@@ -131,7 +132,11 @@ class ExtractiveGenerator:
             if self._token_encoder is not None and undecided(assessment.probability, parameters.abstain_below):
                 selection = replace(selection, evidence=await self.aligned(selection.evidence))
                 assessment = assess(selection.evidence)
-        answer = self.answer(question, context, selection, parameters, assessment)
+        parsed = None
+        if selection is not None and assessment is not None and assessment.probability >= parameters.abstain_below:
+            # The short answer's parse (about 5 ms of CPU) runs off the event loop.
+            parsed = await asyncio.to_thread(parse_for_short_answer, question, selection.best)
+        answer = self.answer(question, context, selection, parameters, assessment, parsed)
         answer = answer.model_copy(update={"prompt_name": PROMPT_NAME,
                                            "prompt_version": prompt.version if prompt is not None else None})
         if on_token is not None and not answer.claims:
@@ -234,9 +239,11 @@ class ExtractiveGenerator:
                            parameters)
 
     def answer(self, question: str, context: Sequence[Candidate], selection: Selection | None,
-               parameters: ExtractiveParameters, assessment: Assessment | None = None) -> GeneratedAnswer:
+               parameters: ExtractiveParameters, assessment: Assessment | None = None,
+               parsed: tuple[Parsed, Parsed] | None = None) -> GeneratedAnswer:
         """The answer for a selection, judged by ``assessment`` (default: the answerability models'
-        reading of its evidence)."""
+        reading of its evidence); ``parsed``: the question and the best sentence parsed for the
+        short answer (parsed here when not given)."""
         if selection is None:
             return GeneratedAnswer(answer=NOTHING_FOUND, citations=[], claims=[], confidence=0.0,
                                    generator="extractive", answered=False)
@@ -262,7 +269,7 @@ class ExtractiveGenerator:
             ))
         # Citation order follows the answer: the first citation is the first context cited.
         claims = verify_claims(answer, [c.hit.text for c in context])
-        short = short_answer(question, selection.best, assessment.probability)
+        short = short_answer(question, selection.best, assessment.probability, parsed=parsed)
         return GeneratedAnswer(answer=answer, short_answer=short, citations=citations, claims=claims,
                                confidence=round(assessment.confidence, 3), generator="extractive",
                                answerability=_shown(assessment))

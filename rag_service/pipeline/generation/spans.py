@@ -1,15 +1,16 @@
 """Short answers (pure, apart from loading the model's weights once): a span copied from the cited
 sentence, of the kind the question asks for, or nothing.
 
-Candidates are the sentence's numbers, dates, capitalised names (and lists of them) and short
-runs of content words that the question does not already state (never a pronoun: pronouns are
-stop words). A small logistic model
+Candidates are the sentence's numbers, dates, capitalised names (and lists of them), short runs
+of content words, and its named entities and noun chunks (from the parse), that the question does
+not already state (never a pronoun: pronouns are stop words). A small logistic model
 (``benchmarks/train_answerability.py``, trained on XQuAD with article-grouped cross-validation)
-scores each from evidence that carries across collections: whether its kind is the one asked for,
-how close it stands to the question's words in the sentence and how many of them surround it, how
-much of the question the sentence holds, and how likely the passage is to answer at all. The best
-candidate is the short answer only when its probability of being exactly the answer reaches the
-model's threshold: precision first.
+scores each from evidence that carries across collections: whether its kind and entity type are
+the ones asked for, how close it stands to the question's words in the sentence and in its
+dependency tree, whether it fills the wh-word's role (span_syntax.py), how much of the question
+the sentence holds, and how likely the passage is to answer at all. The best candidate is the
+short answer only when its probability of being exactly the answer reaches the model's
+threshold: precision first.
 """
 
 from __future__ import annotations
@@ -21,13 +22,16 @@ from functools import cache
 
 import numpy as np
 
+from rag_service.domain import Parsed
+from rag_service.pipeline.generation.span_syntax import SYNTAX_FEATURES, entity_kind, syntax_features
 from rag_service.providers.rerankers import LinearModel
+from rag_service.providers.syntax import SyntaxParser, default_parser
 from rag_service.text.questions import Focus, focus, wants_clause
 from rag_service.text.terms import STOP_WORDS, terms
 
 FEATURES = ("kind_match", "kind_mismatch", "open_name", "open_number", "open_date", "open_phrase", "phrase",
             "distance", "after_anchor", "before_anchor", "between_anchors", "near", "overlap", "length",
-            "first_of_kind", "kind_count", "sentence_share", "answerable", "starts_sentence")
+            "first_of_kind", "kind_count", "sentence_share", "answerable", "starts_sentence", *SYNTAX_FEATURES)
 MODEL_FILE = "short_answer.json"
 
 _SCALE = r"(?:\s?(?:%|percent|million|billion|trillion|thousand|hundred))"
@@ -55,20 +59,23 @@ class Span:
     kind: str   # number | date | name | phrase
     start: int  # offsets in the sentence
     end: int
+    syntax_only: bool = False  # found by the parse alone (an entity or noun chunk the patterns miss)
 
 
 def _clean(text: str) -> str:
     return re.sub(r"^(?:The|A|An)\s+", "", text.strip(" ,.;:'\""))
 
 
-def candidates(sentence: str, question: str) -> list[Span]:
+def candidates(sentence: str, question: str, parsed: Parsed | None = None) -> list[Span]:
     """The sentence's numbers, dates, names, lists of names and short content-word phrases that are
-    not all question words, left to right (a date wins over a number or name inside it)."""
+    not all question words, left to right (a date wins over a number or name inside it); with its
+    parse, also its named entities and noun chunks (without a leading determiner or possessive)
+    that the patterns did not find."""
     asked = set(terms(question))
     spans: list[Span] = []
     dates: list[tuple[int, int]] = []
 
-    def add(kind: str, start: int, end: int) -> None:
+    def add(kind: str, start: int, end: int, syntax_only: bool = False) -> None:
         text = _clean(sentence[start:end])
         words = terms(text)
         if len(text) < 2 or (kind != "number" and (not words or text.lower() in STOP_WORDS)):
@@ -80,7 +87,7 @@ def candidates(sentence: str, question: str) -> list[Span]:
             unit = re.search(r"\s([a-z]+)$", text)
             if unit and re.search(rf"\b{unit.group(1)}\b", question, re.I):
                 text = text[: unit.start()]
-        spans.append(Span(text, kind, start, end))
+        spans.append(Span(text, kind, start, end, syntax_only))
 
     for m in _DATE.finditer(sentence):
         if not re.fullmatch(r"\d{4}", m.group(0)):  # a bare year may also be a count ("about 1500 soldiers")
@@ -110,10 +117,26 @@ def candidates(sentence: str, question: str) -> list[Span]:
             add("phrase", run[0].start(), run[-1].end())
         run = [m] if inside and word not in STOP_WORDS else []
     unique = {(s.text, s.kind): s for s in spans}
+    if parsed is not None:
+        known = {s.text.lower() for s in unique.values()}
+        found = len(spans)
+        for entity in parsed.entities:
+            add(entity_kind(entity.label), entity.start, entity.end, syntax_only=True)
+        for start, end in parsed.noun_chunks:
+            words = [w for w in parsed.words if start <= w.start < end
+                     and w.dep not in ("det", "poss") and w.text.lower() not in STOP_WORDS]
+            if words:
+                add("phrase", words[0].start, end, syntax_only=True)
+        for span in spans[found:]:
+            if span.text.lower() not in known:
+                known.add(span.text.lower())
+                unique[(span.text, span.kind)] = span
     return sorted(unique.values(), key=lambda s: (s.start, s.end))
 
 
-def span_features(span: Span, spans: list[Span], sentence: str, asked: Focus, answerable: float) -> np.ndarray:
+def span_features(span: Span, spans: list[Span], sentence: str, asked: Focus, answerable: float,
+                  parsed: tuple[Parsed, Parsed]) -> np.ndarray:
+    """The candidate's features, in FEATURES order; ``parsed`` is (question, sentence)."""
     words = [(m.start(), m.group(0)) for m in re.finditer(r"[\w'-]+", sentence)]
     anchors = [i for i, (_, w) in enumerate(words) if terms(w) and terms(w)[0] in asked.terms]
     inside = [i for i, (at, _) in enumerate(words) if span.start <= at < span.end]
@@ -147,6 +170,7 @@ def span_features(span: Span, spans: list[Span], sentence: str, asked: Focus, an
         "sentence_share": len(asked.terms & sentence_terms) / len(asked.terms) if asked.terms else 0.0,
         "answerable": answerable,
         "starts_sentence": float(span.start <= 1),
+        **syntax_features(span.start, span.end, span.text, parsed[1], parsed[0], asked, span.syntax_only),
     }
     return np.array([row[f] for f in FEATURES], dtype=np.float64)
 
@@ -166,24 +190,39 @@ class ShortAnswerModel:
         return 1.0 / (1.0 + np.exp(-self.weights.score(rows)))
 
 
+def parse_for_short_answer(question: str, sentence: str,
+                           parser: SyntaxParser | None = None) -> tuple[Parsed, Parsed] | None:
+    """(question, sentence) parsed, or None for a question never given a short answer (it asks
+    why or how something happened: its answer is a clause)."""
+    if wants_clause(question):
+        return None
+    parsed_question, parsed_sentence = (parser or default_parser()).parse([question, sentence])
+    return parsed_question, parsed_sentence
+
+
 def scored_candidates(question: str, sentence: str, answerable: float = 1.0,
-                      model: ShortAnswerModel | None = None) -> list[tuple[Span, float]]:
+                      model: ShortAnswerModel | None = None,
+                      parsed: tuple[Parsed, Parsed] | None = None) -> list[tuple[Span, float]]:
     """Each candidate with its probability of being exactly the answer, best first (none for a
-    question that asks why or how something happened: its answer is a clause)."""
-    spans = candidates(sentence, question)
-    if not spans or wants_clause(question):
+    question that asks why or how something happened: its answer is a clause). ``parsed`` is
+    ``parse_for_short_answer``'s result, parsed here when not given."""
+    parsed = parsed or parse_for_short_answer(question, sentence)
+    if parsed is None:
+        return []
+    spans = candidates(sentence, question, parsed[1])
+    if not spans:
         return []
     asked = focus(question)
     model = model or ShortAnswerModel.default()
-    rows = np.vstack([span_features(s, spans, sentence, asked, answerable) for s in spans])
+    rows = np.vstack([span_features(s, spans, sentence, asked, answerable, parsed) for s in spans])
     return sorted(zip(spans, model.probabilities(rows).tolist(), strict=True), key=lambda sp: -sp[1])
 
 
-def short_answer(question: str, sentence: str, answerable: float = 1.0,
-                 model: ShortAnswerModel | None = None) -> str | None:
+def short_answer(question: str, sentence: str, answerable: float = 1.0, model: ShortAnswerModel | None = None,
+                 parsed: tuple[Parsed, Parsed] | None = None) -> str | None:
     """The short answer from ``sentence``, or None when no candidate is likely enough."""
     model = model or ShortAnswerModel.default()
-    scored = scored_candidates(question, sentence, answerable, model)
+    scored = scored_candidates(question, sentence, answerable, model, parsed)
     if scored and scored[0][1] >= model.threshold:
         return scored[0][0].text
     return None

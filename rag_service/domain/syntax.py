@@ -1,0 +1,41 @@
+"""A sentence's syntax as the short-answer scorer reads it: words with their dependency arcs,
+named entities and noun chunks, all by character offsets into the parsed text. The parser that
+makes them (spaCy's English pipeline) is a provider; the scorer only reads these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Word:
+    start: int   # character offsets in the parsed text
+    end: int
+    text: str
+    pos: str     # universal part of speech: NOUN, VERB, PROPN ...
+    tag: str     # Penn Treebank tag: WP, WDT, WRB ...
+    dep: str     # dependency label: nsubj, dobj, pobj ...
+    head: int    # index of the head word (the root is its own head)
+
+
+@dataclass(frozen=True)
+class Entity:
+    start: int
+    end: int
+    label: str   # OntoNotes type: PERSON, ORG, GPE, DATE, CARDINAL ...
+
+
+@dataclass(frozen=True)
+class Parsed:
+    text: str
+    words: tuple[Word, ...]
+    entities: tuple[Entity, ...]
+    noun_chunks: tuple[tuple[int, int], ...]  # (start, end) character offsets
+
+    def ancestors(self, i: int) -> list[int]:
+        """Indices of word ``i``'s heads, nearest first, up to the root."""
+        out: list[int] = []
+        while self.words[i].head != i and len(out) < len(self.words):
+            i = self.words[i].head
+            out.append(i)
+        return out

@@ -1,0 +1,104 @@
+"""What a sentence's parse says about a short-answer candidate (pure): whether it is a named
+entity of the type the question asks for, where it sits in the dependency tree relative to the
+question's words, and whether it fills the role the question's wh-word fills ("Who [subject]
+founded ...?" is answered by the sentence's subject).
+
+These are the classic features of feature-based readers (Rajpurkar et al. 2016, "SQuAD", section
+5: dependency-tree paths between the candidate and the question's words, lexicalised by the
+question's wh-word); the parse and the entities come from spaCy's small English pipeline
+(providers/syntax.py). Measured on XQuAD with article-grouped cross-validation, they take the
+share of questions given a short answer at exact match >= 0.60 from 0.19 to about 0.34
+(docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import math
+
+from rag_service.domain import Entity, Parsed
+from rag_service.text.questions import Focus
+from rag_service.text.terms import terms
+
+SYNTAX_FEATURES = ("entity", "entity_match", "entity_mismatch", "noun_chunk", "tree_distance", "subject",
+                   "object", "head_is_anchor", "wh_role", "verb_match", "syntax_only")
+# The OntoNotes entity types that answer each kind of question the wording asks (questions.py).
+ENTITY_TYPES = {
+    "person": frozenset({"PERSON", "ORG", "NORP"}),
+    "place": frozenset({"GPE", "LOC", "FAC"}),
+    "date": frozenset({"DATE", "TIME"}),
+    "number": frozenset({"CARDINAL", "QUANTITY", "MONEY", "PERCENT"}),
+    "name": frozenset({"ORG", "WORK_OF_ART", "EVENT", "PRODUCT", "LAW", "NORP", "PERSON", "GPE", "FAC", "LOC"}),
+}
+NAME_TYPES = frozenset({"PERSON", "ORG", "GPE", "LOC", "FAC", "NORP", "EVENT", "WORK_OF_ART", "PRODUCT", "LAW",
+                        "LANGUAGE"})
+_SUBJECT = frozenset({"nsubj", "nsubjpass"})
+_OBJECT = frozenset({"dobj", "pobj", "attr", "appos", "npadvmod"})
+# The wh-word's role and the candidate's, coarsened: "What did X found?" (dobj) is answered by an
+# object or attribute, "In what city...?" (pobj) by a prepositional object or an adverbial.
+_ROLE = {"nsubj": "subject", "nsubjpass": "subject", "dobj": "object", "attr": "object", "pobj": "oblique",
+         "npadvmod": "oblique", "advmod": "oblique"}
+_WH_TAGS = frozenset({"WP", "WDT", "WRB", "WP$"})
+_FAR = 20  # tree distance when no question word is in the sentence
+
+
+def entity_kind(label: str) -> str:
+    """The span kind (spans.py) of an entity type."""
+    if label in NAME_TYPES:
+        return "name"
+    return "date" if label in ("DATE", "TIME") else "number"
+
+
+def entity_at(parsed: Parsed, start: int, end: int, text: str) -> Entity | None:
+    """The entity that is this span: the same offsets, or one that covers it with the same words
+    ("the Panthers" for "Panthers")."""
+    for entity in parsed.entities:
+        if entity.start <= start and end <= entity.end and (
+                (entity.start, entity.end) == (start, end) or terms(parsed.text[entity.start:entity.end]) == terms(text)):
+            return entity
+    return None
+
+
+def _distance(parsed: Parsed, a: int, b: int) -> int:
+    up_a = [a, *parsed.ancestors(a)]
+    depth = {w: n for n, w in enumerate(up_a)}
+    for n, w in enumerate([b, *parsed.ancestors(b)]):
+        if w in depth:
+            return depth[w] + n
+    return _FAR
+
+
+def wh_role(question: Parsed) -> str | None:
+    """The coarse role of the question's wh-phrase ("which team" counts as the noun it modifies)."""
+    for i, word in enumerate(question.words):
+        if word.tag in _WH_TAGS:
+            node = question.words[i] if word.tag in ("WP", "WRB") else question.words[word.head]
+            return _ROLE.get(node.dep, node.dep)
+    return None
+
+
+def syntax_features(start: int, end: int, text: str, sentence: Parsed, question: Parsed, asked: Focus,
+                    syntax_only: bool) -> dict[str, float]:
+    inside = [i for i, w in enumerate(sentence.words) if start <= w.start < end]
+    root = min(inside, key=lambda i: len(sentence.ancestors(i))) if inside else None
+    anchors = [i for i, w in enumerate(sentence.words)
+               if i not in inside and (t := terms(w.text)) and t[0] in asked.terms]
+    entity = entity_at(sentence, start, end, text)
+    expected = ENTITY_TYPES.get(asked.kind or "")
+    dep = sentence.words[root].dep if root is not None else None
+    heads = sentence.ancestors(root)[:2] if root is not None else []
+    asked_verbs = {t[0] for w in question.words if w.pos == "VERB" and (t := terms(w.text))}
+    role = wh_role(question)
+    return {
+        "entity": float(entity is not None),
+        "entity_match": float(entity is not None and expected is not None and entity.label in expected),
+        "entity_mismatch": float(entity is not None and expected is not None and entity.label not in expected),
+        "noun_chunk": float(any(s <= start and end <= e for s, e in sentence.noun_chunks)),
+        "tree_distance": math.log1p(min((_distance(sentence, root, a) for a in anchors), default=_FAR)
+                                    if root is not None else _FAR),
+        "subject": float(dep in _SUBJECT),
+        "object": float(dep in _OBJECT),
+        "head_is_anchor": float(any(h in anchors for h in heads)),
+        "wh_role": float(role is not None and dep is not None and role == _ROLE.get(dep, dep)),
+        "verb_match": float(any(sentence.words[h].pos == "VERB" and (t := terms(sentence.words[h].text))
+                                and t[0] in asked_verbs for h in heads)),
+        "syntax_only": float(syntax_only),
+    }
