@@ -21,7 +21,9 @@ answered rate on the full collection and the abstention rates without the paragr
 article. It is then
 refit on everything and written to rag_service/providers/data/ with the confidence model (fitted on
 the full-collection examples only, so it is calibrated where the answer is in the collection) and
-the short-answer model (its ``answerable`` feature is each question's out-of-fold probability).
+the short-answer models (their ``answerable`` feature is each question's out-of-fold probability):
+one on the patterns' candidates, and one that also reads the best sentence's parse (spaCy's
+entities, noun chunks and dependency tree: RAGSVC_ANSWER_SHORT_ANSWER_PARSE).
 A second pair of models is trained the same way with the token alignment (alignment.py, from the
 same local encoder) as two more features; the service uses it with RAGSVC_ANSWER_TOKEN_ALIGNMENT.
 """
@@ -67,6 +69,8 @@ from rag_service.pipeline.generation.answerability import (
 from rag_service.pipeline.generation.extractive import ExtractiveGenerator
 from rag_service.pipeline.generation.spans import FEATURES as SPAN_FEATURES
 from rag_service.pipeline.generation.spans import MODEL_FILE as SPAN_MODEL_FILE
+from rag_service.pipeline.generation.spans import PARSED_FEATURES as PARSED_SPAN_FEATURES
+from rag_service.pipeline.generation.spans import PARSED_MODEL_FILE as PARSED_SPAN_MODEL_FILE
 from rag_service.pipeline.generation.spans import candidates, span_features
 from rag_service.pipeline.orchestrator import QueryPipeline
 from rag_service.providers.embeddings import LocalEmbedder
@@ -184,10 +188,12 @@ def featurise(examples: list[dict], data_dir: Path) -> tuple[np.ndarray, np.ndar
             np.array([e["title"] for e in examples]))
 
 
-def span_rows(examples: list[dict], answerable: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def span_rows(examples: list[dict], answerable: np.ndarray,
+              parsed: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Short-answer candidates of each full-collection question's best sentence: (features, exactly
     the answer?, question index, article). ``answerable`` is each example's out-of-fold
-    answerability probability, as a model that never saw its article would give it."""
+    answerability probability, as a model that never saw its article would give it. ``parsed``:
+    with the parse's candidates and features (the model for RAGSVC_ANSWER_SHORT_ANSWER_PARSE)."""
     generator = ExtractiveGenerator(abstain_below=0.0)
     best: dict[int, str] = {}
     for i, e in enumerate(examples):
@@ -199,28 +205,29 @@ def span_rows(examples: list[dict], answerable: np.ndarray) -> tuple[np.ndarray,
             best[i] = selection.best
     # The parses, batched (spaCy parses a list faster than one text at a time; the same parses).
     texts = [text for i, sentence in best.items() for text in (examples[i]["question"], sentence)]
-    parses = default_parser().parse(texts)
+    parses = default_parser().parse(texts) if parsed else []
     x, y, question, groups = [], [], [], []
     for n, (i, sentence) in enumerate(best.items()):
         e = examples[i]
-        parsed = (parses[2 * n], parses[2 * n + 1])
-        spans = candidates(sentence, e["question"], parsed[1])
+        parse = (parses[2 * n], parses[2 * n + 1]) if parsed else None
+        spans = candidates(sentence, e["question"], parse[1] if parse else None)
         asked = focus(e["question"])
         answers = {normalize(a) for a in e["answers"]}
         for span in spans:
-            x.append(span_features(span, spans, sentence, asked, float(answerable[i]), parsed))
+            x.append(span_features(span, spans, sentence, asked, float(answerable[i]), parse))
             y.append(int(normalize(span.text) in answers))
             question.append(i)
             groups.append(e["title"])
     return np.array(x), np.array(y), np.array(question), np.array(groups)
 
 
-def train_short_answers(examples: list[dict], answerable: np.ndarray, output: Path) -> dict:
-    x, y, question, groups = span_rows(examples, answerable)
+def train_short_answers(examples: list[dict], answerable: np.ndarray, output: Path, parsed: bool = False) -> dict:
+    x, y, question, groups = span_rows(examples, answerable, parsed)
+    names = PARSED_SPAN_FEATURES if parsed else SPAN_FEATURES
     questions = sum(e["setting"] == "full" for e in examples)
     oof = np.zeros(len(y))
     for train, test in GroupKFold(n_splits=5).split(x, y, groups):
-        oof[test] = probabilities(fit(x[train], y[train], SPAN_FEATURES), x[test])
+        oof[test] = probabilities(fit(x[train], y[train], names), x[test])
     # Per question, the best-scored candidate: is it exactly the answer?
     top: dict[int, tuple[float, int]] = {}
     for p, label, q in zip(oof, y, question, strict=True):
@@ -237,9 +244,10 @@ def train_short_answers(examples: list[dict], answerable: np.ndarray, output: Pa
     # The operating point: the lowest threshold whose out-of-fold exact match reaches the precision
     # target (precision first: a wrong short answer is worse than none).
     chosen = next((t for t in SPAN_GRID if (given_at(t)["exact_match"] or 0) >= SPAN_PRECISION), SPAN_GRID[-1])
-    model = fit(x, y, SPAN_FEATURES)
-    model = LinearModel(SPAN_FEATURES, model.mean, model.scale, model.weights, model.bias, trained_on=(
-        f"XQuAD (en): {len(y)} candidates of {questions} questions' best sentences, {int(y.sum())} exactly the "
+    model = fit(x, y, names)
+    model = LinearModel(names, model.mean, model.scale, model.weights, model.bias, trained_on=(
+        f"XQuAD (en): {len(y)} candidates of {questions} questions' best sentences"
+        f"{' (and their parses)' if parsed else ''}, {int(y.sum())} exactly the "
         f"answer; scikit-learn LogisticRegression; threshold for out-of-fold exact match >= {SPAN_PRECISION}"),
         threshold=chosen)
     output.write_text(json.dumps(model.dump(), indent=1) + "\n")
@@ -286,12 +294,14 @@ def main() -> None:
                                                 args.output_dir / ALIGNED_MODEL_FILE,
                                                 args.output_dir / ALIGNED_CONFIDENCE_FILE)
     shorts = train_short_answers(examples, oof, args.output_dir / SPAN_MODEL_FILE)
+    parsed_shorts = train_short_answers(examples, oof, args.output_dir / PARSED_SPAN_MODEL_FILE, parsed=True)
     decisions = cascade(oof, aligned_oof, y, setting)
     threshold = operating_point(decisions)
     # The operating point travels with the model (a test keeps the service's default equal to it).
     model = LinearModel.load(args.output_dir / MODEL_FILE, features=FEATURES)
     (args.output_dir / MODEL_FILE).write_text(json.dumps(replace(model, threshold=threshold).dump(), indent=1) + "\n")
-    log(json.dumps({"short_answers": shorts, "cross_validation": cv, "weights": weights,
+    log(json.dumps({"short_answers": shorts, "short_answers_parsed": parsed_shorts, "cross_validation": cv,
+                    "weights": weights,
                     "with_token_alignment": {"cross_validation": aligned_cv, "weights": aligned_weights,
                                              "cascade": decisions},
                     "abstention_threshold": threshold, "output_dir": str(args.output_dir)}, indent=1))

@@ -20,6 +20,7 @@ from rag_service.cli.query import show_result
 from rag_service.config import get_settings, load_settings
 from rag_service.domain import QueryRequest
 from rag_service.errors import InvalidInputError
+from rag_service.providers.syntax import default_parser
 from tests.apps import ingest_and_wait
 from tests.conftest import NO_WALL_CLOCK_LIMITS
 
@@ -91,6 +92,24 @@ def test_short_answers_and_exact_lookups(client: TestClient) -> None:
     lookup = ask(client, question="error E-4012")
     assert lookup["route"]["guideline"] == "exact-lookup"
     assert lookup["citations"][0]["source_uri"] == "incident.md"
+
+
+def test_short_answers_can_read_the_parse(client: TestClient, migrated_url: str,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """RAGSVC_ANSWER_SHORT_ANSWER_PARSE: the same documents (the module's), answered by a service
+    whose short answers read the best sentence's parse (and only by that one)."""
+    parser, parsed_texts = default_parser(), []
+    parse = parser.parse
+    monkeypatch.setattr(parser, "parse", lambda texts: parsed_texts.extend(texts) or parse(texts))
+    question = "How long did the service take to recover?"
+    assert ask(client, question=question)["short_answer"] == "14 minutes" and parsed_texts == []  # off by default
+    settings = load_settings(database_url=migrated_url, answer_short_answer_parse=True, **NO_WALL_CLOCK_LIMITS)
+    with TestClient(create_app(settings)) as with_parse:
+        result = ask(with_parse, question=question)
+        assert result["outcome"] == "answered" and result["short_answer"] == "14 minutes"
+        assert parsed_texts[0] == question and parsed_texts[1] in result["answer"]  # the best sentence
+        assert ask(with_parse, question="Why did the service go down?")["short_answer"] is None  # a clause
+        assert len(parsed_texts) == 2  # a clause is not parsed
 
 
 def test_multi_part_questions_retrieve_each_part_concurrently(client: TestClient) -> None:

@@ -24,7 +24,14 @@ from rag_service.pipeline.generation.answerability import (
     undecided,
 )
 from rag_service.pipeline.generation.extractive import ABSTAIN_BELOW, ExtractiveGenerator
-from rag_service.pipeline.generation.spans import ShortAnswerModel, candidates, scored_candidates, short_answer
+from rag_service.pipeline.generation.spans import FEATURES as SPAN_FEATURES
+from rag_service.pipeline.generation.spans import (
+    PARSED_FEATURES,
+    ShortAnswerModel,
+    candidates,
+    scored_candidates,
+    short_answer,
+)
 from rag_service.text.questions import expected_kind, focus
 
 PANTHERS = ("The Panthers defense gave up just 308 points, ranking sixth in the league. Pro Bowl defensive tackle "
@@ -73,10 +80,8 @@ def test_short_answer_is_a_span_of_the_sentence_of_the_asked_kind() -> None:
     assert scored[0][0].text == "Kawann Short" and scored[0][0].text in sentence
     assert all(0 <= p <= 1 for _, p in scored)
     assert short_answer("Who led the Panthers in sacks?", sentence) == "Kawann Short"
-    # The less likely the passage is to answer, the less likely the span is the answer (an
-    # abstention carries no short answer at all: test_generation).
-    unlikely = scored_candidates("Who led the Panthers in sacks?", sentence, answerable=0.0)
-    assert unlikely[0][0] == scored[0][0] and unlikely[0][1] < scored[0][1]
+    # Precision first: with no evidence that the passage answers, no short answer.
+    assert short_answer("Who led the Panthers in sacks?", sentence, answerable=0.0) is None
     assert short_answer("Why is the sky blue?", "The sky is blue because of Rayleigh scattering.") is None
 
 
@@ -87,8 +92,9 @@ def test_shipped_models_are_trained_and_match_the_code() -> None:
     for model in (default_model(aligned=True), confidence_model(aligned=True)):
         assert model.features == ALIGNED_FEATURES and "XQuAD" in model.trained_on
         assert model.weights[ALIGNED_FEATURES.index("align_mean")] > 0  # a closer match, more likely answered
-    spans = ShortAnswerModel.default()
-    assert 0 < spans.threshold < 1 and "XQuAD" in spans.weights.trained_on
+    for parsed, names in ((False, SPAN_FEATURES), (True, PARSED_FEATURES)):
+        spans = ShortAnswerModel.default(parsed=parsed)
+        assert spans.weights.features == names and 0 < spans.threshold < 1 and "XQuAD" in spans.weights.trained_on
 
 
 def test_the_default_abstention_threshold_is_the_operating_point_the_training_chose() -> None:

@@ -24,6 +24,7 @@ from rag_service.pipeline.generation.answerability import Assessment, Evidence, 
 from rag_service.pipeline.generation.spans import parse_for_short_answer, short_answer
 from rag_service.pipeline.generation.tokens import TokenSink
 from rag_service.providers.embeddings import TokenEncoder
+from rag_service.providers.syntax import SyntaxParser
 from rag_service.text.citations import verify_claims
 from rag_service.text.sentences import Sentence, split_sentences
 from rag_service.text.terms import terms
@@ -102,13 +103,17 @@ class ExtractiveGenerator:
 
     prompt_name = PROMPT_NAME
 
-    def __init__(self, abstain_below: float = ABSTAIN_BELOW, token_encoder: TokenEncoder | None = None) -> None:
+    def __init__(self, abstain_below: float = ABSTAIN_BELOW, token_encoder: TokenEncoder | None = None,
+                 parser: SyntaxParser | None = None) -> None:
         """``abstain_below``: answer only when the answerability model's probability that the
         evidence answers reaches it (0 never abstains); a prompt version may set its own.
         ``token_encoder``: the local encoder whose token vectors align the question with the best
-        passage near the threshold (without one, or once it fails, the default models decide)."""
+        passage near the threshold (without one, or once it fails, the default models decide).
+        ``parser``: parses the question and the best sentence for the short answer, which the model
+        that reads the parse then picks (without one, the model that does not)."""
         self.defaults = ExtractiveParameters(abstain_below=abstain_below)
         self._token_encoder = token_encoder
+        self._parser = parser
 
     @property
     def abstain_below(self) -> float:
@@ -133,9 +138,10 @@ class ExtractiveGenerator:
                 selection = replace(selection, evidence=await self.aligned(selection.evidence))
                 assessment = assess(selection.evidence)
         parsed = None
-        if selection is not None and assessment is not None and assessment.probability >= parameters.abstain_below:
-            # The short answer's parse (about 5 ms of CPU) runs off the event loop.
-            parsed = await asyncio.to_thread(parse_for_short_answer, question, selection.best)
+        if (self._parser is not None and selection is not None and assessment is not None
+                and assessment.probability >= parameters.abstain_below):
+            # The short answer's parse (about 12 ms of CPU on these 2 cores) runs off the event loop.
+            parsed = await asyncio.to_thread(parse_for_short_answer, question, selection.best, self._parser)
         answer = self.answer(question, context, selection, parameters, assessment, parsed)
         answer = answer.model_copy(update={"prompt_name": PROMPT_NAME,
                                            "prompt_version": prompt.version if prompt is not None else None})
@@ -243,7 +249,7 @@ class ExtractiveGenerator:
                parsed: tuple[Parsed, Parsed] | None = None) -> GeneratedAnswer:
         """The answer for a selection, judged by ``assessment`` (default: the answerability models'
         reading of its evidence); ``parsed``: the question and the best sentence parsed for the
-        short answer (parsed here when not given)."""
+        short answer (when the generator has a parser and ``generate`` did not parse them, here)."""
         if selection is None:
             return GeneratedAnswer(answer=NOTHING_FOUND, citations=[], claims=[], confidence=0.0,
                                    generator="extractive", answered=False)
@@ -269,6 +275,8 @@ class ExtractiveGenerator:
             ))
         # Citation order follows the answer: the first citation is the first context cited.
         claims = verify_claims(answer, [c.hit.text for c in context])
+        if parsed is None and self._parser is not None:
+            parsed = parse_for_short_answer(question, selection.best, self._parser)
         short = short_answer(question, selection.best, assessment.probability, parsed=parsed)
         return GeneratedAnswer(answer=answer, short_answer=short, citations=citations, claims=claims,
                                confidence=round(assessment.confidence, 3), generator="extractive",

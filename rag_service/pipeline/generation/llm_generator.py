@@ -4,7 +4,6 @@ answer streamed as it is written, every citation resolved and every cited claim 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections.abc import Sequence
@@ -132,9 +131,7 @@ class LLMGenerator:
                             {"role": "user", "content": f"That reply was not valid: {exc}. Reply again with only "
                                                         "the JSON object described, fixing this."}]
                 continue
-            # The short answer parses the answer's text (a few ms of CPU): off the event loop.
-            return await asyncio.to_thread(self._answer, parsed, question, context, template.name,
-                                           template.version, tier)
+            return self._answer(parsed, question, context, template.name, template.version, tier)
         raise ProviderError(f"the LLM gave no valid answer in {self._max_tries} tries: {'; '.join(errors)}",
                             stage="generator")
 

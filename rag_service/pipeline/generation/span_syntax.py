@@ -51,8 +51,9 @@ def entity_at(parsed: Parsed, start: int, end: int, text: str) -> Entity | None:
     """The entity that is this span: the same offsets, or one that covers it with the same words
     ("the Panthers" for "Panthers")."""
     for entity in parsed.entities:
+        same = (entity.start, entity.end) == (start, end)
         if entity.start <= start and end <= entity.end and (
-                (entity.start, entity.end) == (start, end) or terms(parsed.text[entity.start:entity.end]) == terms(text)):
+                same or terms(parsed.text[entity.start:entity.end]) == terms(text)):
             return entity
     return None
 

@@ -2,15 +2,17 @@
 sentence, of the kind the question asks for, or nothing.
 
 Candidates are the sentence's numbers, dates, capitalised names (and lists of them), short runs
-of content words, and its named entities and noun chunks (from the parse), that the question does
+of content words, and (with its parse) its named entities and noun chunks, that the question does
 not already state (never a pronoun: pronouns are stop words). A small logistic model
 (``benchmarks/train_answerability.py``, trained on XQuAD with article-grouped cross-validation)
-scores each from evidence that carries across collections: whether its kind and entity type are
-the ones asked for, how close it stands to the question's words in the sentence and in its
-dependency tree, whether it fills the wh-word's role (span_syntax.py), how much of the question
-the sentence holds, and how likely the passage is to answer at all. The best candidate is the
-short answer only when its probability of being exactly the answer reaches the model's
-threshold: precision first.
+scores each from evidence that carries across collections: whether its kind is the one asked for,
+how close it stands to the question's words in the sentence and how many of them surround it, how
+much of the question the sentence holds, and how likely the passage is to answer at all. With the
+sentence's parse (``RAGSVC_ANSWER_SHORT_ANSWER_PARSE``), a second model also reads whether its
+entity type is the one asked for, how close it stands to the question's words in the dependency
+tree and whether it fills the wh-word's role (span_syntax.py). The best candidate is the short
+answer only when its probability of being exactly the answer reaches the model's threshold:
+precision first.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from rag_service.text.terms import STOP_WORDS, terms
 
 FEATURES = ("kind_match", "kind_mismatch", "open_name", "open_number", "open_date", "open_phrase", "phrase",
             "distance", "after_anchor", "before_anchor", "between_anchors", "near", "overlap", "length",
-            "first_of_kind", "kind_count", "sentence_share", "answerable", "starts_sentence", *SYNTAX_FEATURES)
+            "first_of_kind", "kind_count", "sentence_share", "answerable", "starts_sentence")
+PARSED_FEATURES = (*FEATURES, *SYNTAX_FEATURES)
 MODEL_FILE = "short_answer.json"
+PARSED_MODEL_FILE = "short_answer_parsed.json"
 
 _SCALE = r"(?:\s?(?:%|percent|million|billion|trillion|thousand|hundred))"
 _UNIT = (r"(?:\s(?:seconds?|minutes?|hours?|days?|weeks?|months?|years?|km|kilometers?|kilometres?|miles?|"
@@ -135,8 +139,8 @@ def candidates(sentence: str, question: str, parsed: Parsed | None = None) -> li
 
 
 def span_features(span: Span, spans: list[Span], sentence: str, asked: Focus, answerable: float,
-                  parsed: tuple[Parsed, Parsed]) -> np.ndarray:
-    """The candidate's features, in FEATURES order; ``parsed`` is (question, sentence)."""
+                  parsed: tuple[Parsed, Parsed] | None = None) -> np.ndarray:
+    """The candidate's features: FEATURES, or with ``parsed`` (question, sentence) PARSED_FEATURES."""
     words = [(m.start(), m.group(0)) for m in re.finditer(r"[\w'-]+", sentence)]
     anchors = [i for i, (_, w) in enumerate(words) if terms(w) and terms(w)[0] in asked.terms]
     inside = [i for i, (at, _) in enumerate(words) if span.start <= at < span.end]
@@ -170,9 +174,11 @@ def span_features(span: Span, spans: list[Span], sentence: str, asked: Focus, an
         "sentence_share": len(asked.terms & sentence_terms) / len(asked.terms) if asked.terms else 0.0,
         "answerable": answerable,
         "starts_sentence": float(span.start <= 1),
-        **syntax_features(span.start, span.end, span.text, parsed[1], parsed[0], asked, span.syntax_only),
     }
-    return np.array([row[f] for f in FEATURES], dtype=np.float64)
+    if parsed is None:
+        return np.array([row[f] for f in FEATURES], dtype=np.float64)
+    row |= syntax_features(span.start, span.end, span.text, parsed[1], parsed[0], asked, span.syntax_only)
+    return np.array([row[f] for f in PARSED_FEATURES], dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -182,8 +188,10 @@ class ShortAnswerModel:
 
     @classmethod
     @cache
-    def default(cls) -> ShortAnswerModel:
-        model = LinearModel.load(resource=MODEL_FILE, features=FEATURES)
+    def default(cls, parsed: bool = False) -> ShortAnswerModel:
+        """The shipped model: the one that reads the parse, or the one that does not."""
+        model = (LinearModel.load(resource=PARSED_MODEL_FILE, features=PARSED_FEATURES) if parsed
+                 else LinearModel.load(resource=MODEL_FILE, features=FEATURES))
         return cls(model, model.threshold if model.threshold is not None else 0.5)
 
     def probabilities(self, rows: np.ndarray) -> np.ndarray:
@@ -204,16 +212,15 @@ def scored_candidates(question: str, sentence: str, answerable: float = 1.0,
                       model: ShortAnswerModel | None = None,
                       parsed: tuple[Parsed, Parsed] | None = None) -> list[tuple[Span, float]]:
     """Each candidate with its probability of being exactly the answer, best first (none for a
-    question that asks why or how something happened: its answer is a clause). ``parsed`` is
-    ``parse_for_short_answer``'s result, parsed here when not given."""
-    parsed = parsed or parse_for_short_answer(question, sentence)
-    if parsed is None:
+    question that asks why or how something happened: its answer is a clause). With ``parsed``
+    (``parse_for_short_answer``), the parse's candidates too, scored by the model that reads it."""
+    if wants_clause(question):
         return []
-    spans = candidates(sentence, question, parsed[1])
+    spans = candidates(sentence, question, parsed[1] if parsed else None)
     if not spans:
         return []
     asked = focus(question)
-    model = model or ShortAnswerModel.default()
+    model = model or ShortAnswerModel.default(parsed=parsed is not None)
     rows = np.vstack([span_features(s, spans, sentence, asked, answerable, parsed) for s in spans])
     return sorted(zip(spans, model.probabilities(rows).tolist(), strict=True), key=lambda sp: -sp[1])
 
@@ -221,7 +228,7 @@ def scored_candidates(question: str, sentence: str, answerable: float = 1.0,
 def short_answer(question: str, sentence: str, answerable: float = 1.0, model: ShortAnswerModel | None = None,
                  parsed: tuple[Parsed, Parsed] | None = None) -> str | None:
     """The short answer from ``sentence``, or None when no candidate is likely enough."""
-    model = model or ShortAnswerModel.default()
+    model = model or ShortAnswerModel.default(parsed=parsed is not None)
     scored = scored_candidates(question, sentence, answerable, model, parsed)
     if scored and scored[0][1] >= model.threshold:
         return scored[0][0].text

@@ -1,0 +1,100 @@
+"""The parse behind short answers: spaCy's shipped English pipeline, and the pure features read
+from it (span_syntax.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rag_service.config import Settings
+from rag_service.errors import ProviderError
+from rag_service.pipeline.generation.extractive import ExtractiveGenerator
+from rag_service.pipeline.generation.span_syntax import entity_kind, syntax_features, wh_role
+from rag_service.pipeline.generation.spans import candidates, parse_for_short_answer, scored_candidates
+from rag_service.providers.syntax import SpacyParser, default_parser
+from rag_service.text.questions import focus
+
+SENTENCE = "Microsoft CEO Satya Nadella announced on 7 January 2016 that 1,200 workers would move to Seattle."
+
+
+def test_the_parser_gives_entities_words_and_noun_chunks_by_offsets() -> None:
+    (parsed,) = default_parser().parse([SENTENCE])
+    entities = {(SENTENCE[e.start:e.end], e.label) for e in parsed.entities}
+    assert {("Satya Nadella", "PERSON"), ("Seattle", "GPE"), ("7 January 2016", "DATE")} <= entities
+    assert all(SENTENCE[w.start:w.end] == w.text for w in parsed.words)
+    roots = [i for i, w in enumerate(parsed.words) if w.head == i]
+    assert len(roots) == 1 and parsed.words[roots[0]].text == "announced"
+    nadella = next(i for i, w in enumerate(parsed.words) if w.text == "Nadella")
+    assert parsed.ancestors(nadella) == [roots[0]]  # the subject of "announced"
+    assert all(SENTENCE[s:e].strip() == SENTENCE[s:e] for s, e in parsed.noun_chunks)
+
+
+def test_a_missing_model_is_a_provider_error_naming_the_stage() -> None:
+    with pytest.raises(ProviderError, match="no_such_model") as raised:
+        SpacyParser("no_such_model").parse(["A sentence."])
+    assert raised.value.stage == "generation"
+
+
+@pytest.mark.parametrize("question, role", [
+    ("Who founded the company?", "subject"),
+    ("What did Tesla invent?", "object"),
+    ("Which team won the game?", "subject"),  # "which team" fills the noun's role
+    ("Where did he die?", "oblique"),
+    ("The company was founded by whom?", "oblique"),
+])
+def test_the_wh_words_role(question: str, role: str) -> None:
+    (parsed,) = default_parser().parse([question])
+    assert wh_role(parsed) == role
+
+
+def test_entity_kinds() -> None:
+    assert entity_kind("PERSON") == entity_kind("GPE") == "name"
+    assert entity_kind("DATE") == "date" and entity_kind("CARDINAL") == entity_kind("MONEY") == "number"
+
+
+def test_the_parse_finds_the_name_inside_a_longer_capitalised_run() -> None:
+    question = "Who announced that the workers would move?"
+    parsed = parse_for_short_answer(question, SENTENCE)
+    assert parsed is not None
+    plain = {c.text for c in candidates(SENTENCE, question)}
+    with_parse = {c.text: c for c in candidates(SENTENCE, question, parsed[1])}
+    assert "Satya Nadella" not in plain and "Microsoft CEO Satya Nadella" in plain
+    assert with_parse["Satya Nadella"].syntax_only and not with_parse["Microsoft CEO Satya Nadella"].syntax_only
+
+
+def test_the_subject_of_the_asked_verb_reads_as_the_answer_to_who() -> None:
+    question, sentence = "Who led the team in sacks?", "Pro Bowl tackle Kawann Short led the team in sacks with 11."
+    parsed = parse_for_short_answer(question, sentence)
+    assert parsed is not None
+    asked = focus(question)
+    at = sentence.index("Kawann Short")
+    person = syntax_features(at, at + len("Kawann Short"), "Kawann Short", parsed[1], parsed[0], asked, False)
+    assert person["entity_match"] == person["subject"] == person["wh_role"] == person["verb_match"] == 1.0
+    assert person["head_is_anchor"] == 1.0 and person["entity_mismatch"] == 0.0
+    at = sentence.index("11")
+    count = syntax_features(at, at + 2, "11", parsed[1], parsed[0], asked, False)
+    assert count["entity_mismatch"] == 1.0 and count["subject"] == 0.0 and count["wh_role"] == 0.0
+    assert count["tree_distance"] > person["tree_distance"]
+    assert scored_candidates(question, sentence, parsed=parsed)[0][0].text == "Kawann Short"
+
+
+def test_a_clause_question_is_not_parsed() -> None:
+    assert parse_for_short_answer("Why is the sky blue?", "The sky is blue because of scattering.") is None
+
+
+async def test_the_generator_with_a_parser_finds_what_only_the_parse_can() -> None:
+    """With a parser (RAGSVC_ANSWER_SHORT_ANSWER_PARSE) the name inside "Microsoft CEO Satya
+    Nadella" can be the short answer; without one it is not a candidate at all."""
+    from tests.pipeline.test_generation import candidate
+
+    context = [candidate(SENTENCE, "nadella")]
+    question = "Who announced that 1,200 workers would move to Seattle?"
+    plain = await ExtractiveGenerator(abstain_below=0.0).generate(question, [], context)
+    parsed = await ExtractiveGenerator(abstain_below=0.0, parser=default_parser()).generate(question, [], context)
+    assert plain.short_answer != "Satya Nadella"
+    assert parsed.short_answer == "Satya Nadella"
+    assert ExtractiveGenerator(abstain_below=0.0, parser=default_parser()).extract(
+        question, [], context).short_answer == "Satya Nadella"  # the synchronous path parses too
+
+
+def test_the_parse_is_off_by_default() -> None:
+    assert Settings().answer_short_answer_parse is False
