@@ -98,3 +98,20 @@ async def test_the_generator_with_a_parser_finds_what_only_the_parse_can() -> No
 
 def test_the_parse_is_off_by_default() -> None:
     assert Settings().answer_short_answer_parse is False
+
+
+async def test_a_parser_that_fails_leaves_the_short_answer_to_the_plain_model(caplog: pytest.LogCaptureFixture) -> None:
+    from tests.pipeline.test_generation import candidate
+
+    broken = SpacyParser("no_such_model")
+    calls = []
+    parse = broken.parse
+    broken.parse = lambda texts: calls.append(texts) or parse(texts)  # type: ignore[method-assign]
+    context = [candidate("Pro Bowl tackle Kawann Short led the team in sacks with 11.", "panthers")]
+    generator = ExtractiveGenerator(abstain_below=0.0, parser=broken)
+    question = "Who led the team in sacks?"
+    first = await generator.generate(question, [], context)
+    again = await generator.generate(question, [], context)
+    plain = await ExtractiveGenerator(abstain_below=0.0).generate(question, [], context)
+    assert first.short_answer == again.short_answer == plain.short_answer == "Kawann Short"
+    assert len(calls) == 1 and "no_such_model" in caplog.text  # tried once, logged, not asked again

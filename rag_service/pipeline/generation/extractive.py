@@ -141,7 +141,7 @@ class ExtractiveGenerator:
         if (self._parser is not None and selection is not None and assessment is not None
                 and assessment.probability >= parameters.abstain_below):
             # The short answer's parse (about 12 ms of CPU on these 2 cores) runs off the event loop.
-            parsed = await asyncio.to_thread(parse_for_short_answer, question, selection.best, self._parser)
+            parsed = await asyncio.to_thread(self._parse, question, selection.best)
         answer = self.answer(question, context, selection, parameters, assessment, parsed)
         answer = answer.model_copy(update={"prompt_name": PROMPT_NAME,
                                            "prompt_version": prompt.version if prompt is not None else None})
@@ -167,6 +167,20 @@ class ExtractiveGenerator:
             self._token_encoder = None
             return evidence
         return replace(evidence, alignment=alignment(evidence.question, asked, matched, evidence.idf))
+
+    def _parse(self, question: str, sentence: str) -> tuple[Parsed, Parsed] | None:
+        """The question and the sentence parsed for the short answer; None for a clause question,
+        and when the parser fails: then the model that does not read the parse picks it, and the
+        parser is not asked again by this generator (a model that did not load will not load)."""
+        parser = self._parser
+        if parser is None:
+            return None
+        try:
+            return parse_for_short_answer(question, sentence, parser)
+        except ProviderError as exc:
+            log.error("short answers without the parse for this process: %s", exc)
+            self._parser = None
+            return None
 
     def select(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate],
                parameters: ExtractiveParameters | None = None) -> Selection | None:
@@ -276,7 +290,7 @@ class ExtractiveGenerator:
         # Citation order follows the answer: the first citation is the first context cited.
         claims = verify_claims(answer, [c.hit.text for c in context])
         if parsed is None and self._parser is not None:
-            parsed = parse_for_short_answer(question, selection.best, self._parser)
+            parsed = self._parse(question, selection.best)
         short = short_answer(question, selection.best, assessment.probability, parsed=parsed)
         return GeneratedAnswer(answer=answer, short_answer=short, citations=citations, claims=claims,
                                confidence=round(assessment.confidence, 3), generator="extractive",
