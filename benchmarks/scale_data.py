@@ -45,6 +45,7 @@ from sqlalchemy import select, text
 
 from rag_service.db.models import Chunk, Collection, Document
 from rag_service.domain import ChunkRecord, DocumentRecord
+from rag_service.stores.pgvector.half import HALF_INDEX
 
 SEED_COLLECTION = "scifact"
 TOPIC_NOISE = 0.75  # isotropic mode: |noise| / |topic|, so cosine to the topic 1/sqrt(1 + 0.75^2) = 0.8
@@ -311,37 +312,45 @@ async def chunk_count(runtime) -> int:  # noqa: ANN001
 
 
 HNSW_INDEX = "ix_chunks_embedding_hnsw"
+# The HNSW indexes a bulk load drops and rebuilds, each with the file that keeps its definition: the
+# full-precision one (migration 0001) and the optional half-precision one (``ragsvc db half-index``),
+# which would slow the load as much.
+HNSW_INDEXES = ((HNSW_INDEX, "hnsw-index.sql"), (HALF_INDEX, "hnsw-half-index.sql"))
 
 
 async def drop_hnsw(runtime, data_dir: Path) -> None:  # noqa: ANN001
-    """Drop the HNSW index for a bulk load, keeping its definition (migration 0001's) beside the
-    data so that ``ensure_hnsw`` rebuilds the same index, also after a build cut short."""
+    """Drop the HNSW indexes for a bulk load, keeping their definitions beside the data so that
+    ``ensure_hnsw`` rebuilds the same indexes, also after a build cut short."""
     async with runtime.db.engine.begin() as conn:
-        definition = (await conn.execute(text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"),
-                                         {"n": HNSW_INDEX})).scalar_one_or_none()
-        if definition is None:
-            return
-        (data_dir / "hnsw-index.sql").write_text(definition)
-        await conn.execute(text(f"DROP INDEX {HNSW_INDEX}"))
+        for name, saved in HNSW_INDEXES:
+            definition = (await conn.execute(text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"),
+                                             {"n": name})).scalar_one_or_none()
+            if definition is None:
+                continue
+            (data_dir / saved).write_text(definition)
+            await conn.execute(text(f"DROP INDEX {name}"))
 
 
 async def ensure_hnsw(runtime, data_dir: Path) -> float | None:  # noqa: ANN001
-    """Build the HNSW index if a bulk load dropped it; seconds taken, or None when it was there."""
-    saved = data_dir / "hnsw-index.sql"
-    async with runtime.db.engine.begin() as conn:  # SET LOCAL: nothing stays on the pooled connection
-        present = (await conn.execute(text("SELECT 1 FROM pg_indexes WHERE indexname = :n"),
-                                      {"n": HNSW_INDEX})).scalar_one_or_none()
-        if present or not saved.exists():
-            return None
-        log(f"building the HNSW index: {saved.read_text()}")
-        started = time.perf_counter()
-        # pgvector builds the graph in memory when it fits (about 2 GB for 1,000,000 x 384), else
-        # on disk and far slower; one parallel worker beside the leader uses both cores.
-        await conn.execute(text("SET LOCAL statement_timeout = 0"))  # the service's bound is for queries
-        await conn.execute(text("SET LOCAL maintenance_work_mem = '4GB'"))
-        await conn.execute(text("SET LOCAL max_parallel_maintenance_workers = 1"))
-        await conn.execute(text(saved.read_text()))
-        return time.perf_counter() - started
+    """Build the HNSW indexes a bulk load dropped; seconds taken, or None when none was missing."""
+    took: float | None = None
+    for name, saved_name in HNSW_INDEXES:
+        saved = data_dir / saved_name
+        async with runtime.db.engine.begin() as conn:  # SET LOCAL: nothing stays on the pooled connection
+            present = (await conn.execute(text("SELECT 1 FROM pg_indexes WHERE indexname = :n"),
+                                          {"n": name})).scalar_one_or_none()
+            if present or not saved.exists():
+                continue
+            log(f"building the HNSW index: {saved.read_text()}")
+            started = time.perf_counter()
+            # pgvector builds the graph in memory when it fits (about 2 GB for 1,000,000 x 384), else
+            # on disk and far slower; one parallel worker beside the leader uses both cores.
+            await conn.execute(text("SET LOCAL statement_timeout = 0"))  # the service's bound is for queries
+            await conn.execute(text("SET LOCAL maintenance_work_mem = '4GB'"))
+            await conn.execute(text("SET LOCAL max_parallel_maintenance_workers = 1"))
+            await conn.execute(text(saved.read_text()))
+            took = (took or 0.0) + time.perf_counter() - started
+    return took
 
 
 async def maintenance(runtime) -> float:  # noqa: ANN001
