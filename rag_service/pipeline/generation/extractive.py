@@ -8,7 +8,6 @@ reports the answerability probability."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections import Counter
@@ -26,6 +25,7 @@ from rag_service.pipeline.generation.tokens import TokenSink
 from rag_service.providers.embeddings import TokenEncoder
 from rag_service.providers.syntax import SyntaxParser
 from rag_service.text.citations import verify_claims
+from rag_service.text.questions import wants_clause
 from rag_service.text.sentences import Sentence, split_sentences
 from rag_service.text.terms import terms
 
@@ -140,8 +140,7 @@ class ExtractiveGenerator:
         parsed = None
         if (self._parser is not None and selection is not None and assessment is not None
                 and assessment.probability >= parameters.abstain_below):
-            # The short answer's parse (about 12 ms of CPU on these 2 cores) runs off the event loop.
-            parsed = await asyncio.to_thread(self._parse, question, selection.best)
+            parsed = await self._parse_async(question, selection.best)
         answer = self.answer(question, context, selection, parameters, assessment, parsed)
         answer = answer.model_copy(update={"prompt_name": PROMPT_NAME,
                                            "prompt_version": prompt.version if prompt is not None else None})
@@ -178,9 +177,25 @@ class ExtractiveGenerator:
         try:
             return parse_for_short_answer(question, sentence, parser)
         except ProviderError as exc:
-            log.error("short answers without the parse for this process: %s", exc)
-            self._parser = None
+            self._parser_failed(exc)
             return None
+
+    async def _parse_async(self, question: str, sentence: str) -> tuple[Parsed, Parsed] | None:
+        """``_parse`` on the parser's own thread (about 12 ms of CPU on these 2 cores)."""
+        parser = self._parser
+        if parser is None or wants_clause(question):
+            return None
+        try:
+            parsed_question, parsed_sentence = await parser.parse_async([question, sentence])
+        except ProviderError as exc:
+            self._parser_failed(exc)
+            return None
+        return parsed_question, parsed_sentence
+
+    def _parser_failed(self, exc: ProviderError) -> None:
+        if self._parser is not None:
+            log.error("short answers without the parse for this process: %s", exc)
+        self._parser = None
 
     def select(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate],
                parameters: ExtractiveParameters | None = None) -> Selection | None:

@@ -68,11 +68,12 @@ def _distance(parsed: Parsed, a: int, b: int) -> int:
 
 
 def wh_role(question: Parsed) -> str | None:
-    """The coarse role of the question's wh-phrase ("which team" counts as the noun it modifies)."""
+    """The coarse role of the question's wh-phrase ("which team" counts as the noun it modifies); None
+    when there is none, or its role is none of subject, object and oblique."""
     for i, word in enumerate(question.words):
         if word.tag in _WH_TAGS:
             node = question.words[i] if word.tag in ("WP", "WRB") else question.words[word.head]
-            return _ROLE.get(node.dep, node.dep)
+            return _ROLE.get(node.dep)
     return None
 
 
@@ -98,7 +99,7 @@ def syntax_features(start: int, end: int, text: str, sentence: Parsed, question:
         "subject": float(dep in _SUBJECT),
         "object": float(dep in _OBJECT),
         "head_is_anchor": float(any(h in anchors for h in heads)),
-        "wh_role": float(role is not None and dep is not None and role == _ROLE.get(dep, dep)),
+        "wh_role": float(role is not None and role == _ROLE.get(dep or "")),
         "verb_match": float(any(sentence.words[h].pos == "VERB" and (t := terms(sentence.words[h].text))
                                 and t[0] in asked_verbs for h in heads)),
         "syntax_only": float(syntax_only),

@@ -24,10 +24,10 @@ from functools import cache
 
 import numpy as np
 
-from rag_service.domain import Parsed
+from rag_service.domain import Parsed, Word
 from rag_service.pipeline.generation.span_syntax import SYNTAX_FEATURES, entity_kind, syntax_features
 from rag_service.providers.rerankers import LinearModel
-from rag_service.providers.syntax import SyntaxParser, default_parser
+from rag_service.providers.syntax import SyntaxParser
 from rag_service.text.questions import Focus, focus, wants_clause
 from rag_service.text.terms import STOP_WORDS, terms
 
@@ -122,20 +122,36 @@ def candidates(sentence: str, question: str, parsed: Parsed | None = None) -> li
         run = [m] if inside and word not in STOP_WORDS else []
     unique = {(s.text, s.kind): s for s in spans}
     if parsed is not None:
-        known = {s.text.lower() for s in unique.values()}
+        # A span the patterns found already is kept as theirs: "the Carolina Panthers" (spaCy keeps
+        # the article inside the entity) is the pattern's "Carolina Panthers".
+        known = {_plain(s.text) for s in unique.values()}
         found = len(spans)
         for entity in parsed.entities:
-            add(entity_kind(entity.label), entity.start, entity.end, syntax_only=True)
-        for start, end in parsed.noun_chunks:
-            words = [w for w in parsed.words if start <= w.start < end
-                     and w.dep not in ("det", "poss") and w.text.lower() not in STOP_WORDS]
+            words = _without_lead([w for w in parsed.words if entity.start <= w.start < entity.end], stop_words=False)
             if words:
+                add(entity_kind(entity.label), words[0].start, entity.end, syntax_only=True)
+        for start, end in parsed.noun_chunks:
+            words = _without_lead([w for w in parsed.words if start <= w.start < end], stop_words=True)
+            if 0 < len(words) <= MAX_PHRASE_WORDS:
                 add("phrase", words[0].start, end, syntax_only=True)
         for span in spans[found:]:
-            if span.text.lower() not in known:
-                known.add(span.text.lower())
+            if _plain(span.text) not in known:
+                known.add(_plain(span.text))
                 unique[(span.text, span.kind)] = span
     return sorted(unique.values(), key=lambda s: (s.start, s.end))
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"^(?:the|a|an)\s+", "", text.lower())
+
+
+def _without_lead(words: list[Word], stop_words: bool) -> list[Word]:
+    """The words of an entity or noun chunk from its first content word: without a leading
+    article, possessive ("Denver['s] defense"), punctuation, or (for noun chunks) stop word."""
+    while words and (words[0].dep in ("det", "poss", "case", "punct") or words[0].text[:1] in ("'", "’")
+                     or (stop_words and words[0].text.lower() in STOP_WORDS)):
+        words = words[1:]
+    return words
 
 
 def span_features(span: Span, spans: list[Span], sentence: str, asked: Focus, answerable: float,
@@ -177,7 +193,11 @@ def span_features(span: Span, spans: list[Span], sentence: str, asked: Focus, an
     }
     if parsed is None:
         return np.array([row[f] for f in FEATURES], dtype=np.float64)
-    row |= syntax_features(span.start, span.end, span.text, parsed[1], parsed[0], asked, span.syntax_only)
+    # The parse is read at the candidate's own words: a pattern's match may hold a trailing "." or
+    # "," or a leading "The " that the candidate's text dropped (and an entity would not cover).
+    at = sentence.find(span.text, span.start, span.end)
+    start, end = (at, at + len(span.text)) if at >= 0 else (span.start, span.end)
+    row |= syntax_features(start, end, span.text, parsed[1], parsed[0], asked, span.syntax_only)
     return np.array([row[f] for f in PARSED_FEATURES], dtype=np.float64)
 
 
@@ -198,13 +218,12 @@ class ShortAnswerModel:
         return 1.0 / (1.0 + np.exp(-self.weights.score(rows)))
 
 
-def parse_for_short_answer(question: str, sentence: str,
-                           parser: SyntaxParser | None = None) -> tuple[Parsed, Parsed] | None:
+def parse_for_short_answer(question: str, sentence: str, parser: SyntaxParser) -> tuple[Parsed, Parsed] | None:
     """(question, sentence) parsed, or None for a question never given a short answer (it asks
     why or how something happened: its answer is a clause)."""
     if wants_clause(question):
         return None
-    parsed_question, parsed_sentence = (parser or default_parser()).parse([question, sentence])
+    parsed_question, parsed_sentence = parser.parse([question, sentence])
     return parsed_question, parsed_sentence
 
 
