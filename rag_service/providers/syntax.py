@@ -43,6 +43,7 @@ class SpacyParser:
     def __init__(self, package: str = MODEL_PACKAGE) -> None:
         self._package = package
         self._nlp: Any = None
+        self._failed: ProviderError | None = None  # a model that did not load is not tried again
         self._lock = threading.Lock()
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="syntax-parser")
 
@@ -52,6 +53,8 @@ class SpacyParser:
             self._pipeline()
 
     def _pipeline(self) -> Any:  # noqa: ANN401 - spacy.Language, imported lazily
+        if self._failed is not None:
+            raise self._failed
         if self._nlp is None:
             try:
                 import spacy
@@ -59,8 +62,9 @@ class SpacyParser:
                 self._nlp = spacy.load(self._package, exclude=list(_EXCLUDE))
             except Exception as exc:  # not installed, or a model spaCy cannot read: the caller degrades
                 hint = " (install rag-service[parse])" if isinstance(exc, ImportError | OSError) else ""
-                raise ProviderError(f"the syntax model {self._package} could not be loaded{hint}: "
-                                    f"{type(exc).__name__}: {exc}", stage="generation") from exc
+                self._failed = ProviderError(f"the syntax model {self._package} could not be loaded{hint}: "
+                                             f"{type(exc).__name__}: {exc}", stage="generation")
+                raise self._failed from exc
         return self._nlp
 
     def parse(self, texts: Sequence[str]) -> list[Parsed]:

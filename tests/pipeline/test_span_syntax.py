@@ -37,7 +37,43 @@ def test_the_parser_gives_entities_words_and_noun_chunks_by_offsets() -> None:
 def test_a_missing_model_is_a_provider_error_naming_the_stage() -> None:
     with pytest.raises(ProviderError, match="no_such_model") as raised:
         SpacyParser("no_such_model").parse(["A sentence."])
-    assert raised.value.stage == "generation"
+    assert raised.value.stage == "generation" and "rag-service[parse]" in raised.value.message
+
+
+def test_any_load_or_parse_failure_is_a_provider_error_and_a_failed_load_is_not_retried(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import spacy
+
+    loads = []
+
+    def unreadable(*args: object, **kwargs: object) -> None:
+        loads.append(args)
+        raise ValueError("config.cfg: unknown architecture")
+
+    monkeypatch.setattr(spacy, "load", unreadable)
+    parser = SpacyParser()
+    for _ in range(2):
+        with pytest.raises(ProviderError, match="unknown architecture"):
+            parser.parse(["A sentence."])
+    assert len(loads) == 1
+
+    class Broken:
+        def pipe(self, texts: list[str]) -> None:
+            raise ValueError("bad input")
+
+    monkeypatch.setattr(spacy, "load", lambda *args, **kwargs: Broken())
+    with pytest.raises(ProviderError, match="parsing failed: ValueError: bad input"):
+        SpacyParser().parse(["A sentence."])
+
+
+async def test_parses_run_on_the_parsers_own_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    parser, threads = default_parser(), []
+    parse = parser.parse
+    monkeypatch.setattr(parser, "parse", lambda texts: threads.append(threading.current_thread().name) or parse(texts))
+    (parsed,) = await parser.parse_async(["A sentence."])
+    assert parsed.text == "A sentence." and threads[0].startswith("syntax-parser")
 
 
 @pytest.mark.parametrize("question, role", [
@@ -46,8 +82,9 @@ def test_a_missing_model_is_a_provider_error_naming_the_stage() -> None:
     ("Which team won the game?", "subject"),  # "which team" fills the noun's role
     ("Where did he die?", "oblique"),
     ("The company was founded by whom?", "oblique"),
+    ("Which of them is larger?", None),  # "which" hangs on the root: no role to fill
 ])
-def test_the_wh_words_role(question: str, role: str) -> None:
+def test_the_wh_words_role(question: str, role: str | None) -> None:
     (parsed,) = default_parser().parse([question])
     assert wh_role(parsed) == role
 
@@ -129,12 +166,17 @@ def test_parse_candidates_drop_leading_articles_possessives_and_repeat_no_patter
     sentence = "The Carolina Panthers lost to Denver's defense in the final game."
     parsed = parse_for_short_answer(question, sentence, default_parser())
     assert parsed is not None
-    found = candidates(sentence, question, parsed[1])
-    texts = [c.text for c in found]
-    assert "Carolina Panthers" in texts and not any(t.lower().startswith("the ") for t in texts)
-    assert len([t for t in texts if t.endswith("Carolina Panthers")]) == 1  # the entity is the pattern's span
+    texts = [c.text for c in candidates(sentence, question, parsed[1])]
     assert not any(t.startswith(("s ", "'s", "’s")) for t in texts)  # "Denver['s] defense"
+    assert "Denver" in texts  # the possessor is the entity's own word: kept
     assert all(t in sentence for t in texts)
+    # spaCy keeps the article inside this entity ("the Carolina Panthers", ORG): it is the pattern's span.
+    question, sentence = "Who did the Broncos play?", "In the game, the Broncos played against the Carolina Panthers."
+    parsed = parse_for_short_answer(question, sentence, default_parser())
+    assert parsed is not None
+    assert any(sentence[e.start:e.end] == "the Carolina Panthers" for e in parsed[1].entities)
+    texts = [c.text for c in candidates(sentence, question, parsed[1])]
+    assert texts.count("Carolina Panthers") == 1 and not any(t.lower().startswith("the ") for t in texts)
 
 
 def test_a_name_before_a_full_stop_is_read_as_its_entity() -> None:
@@ -150,12 +192,24 @@ def test_a_name_before_a_full_stop_is_read_as_its_entity() -> None:
     assert row["entity"] == row["entity_match"] == 1.0 and row["entity_mismatch"] == 0.0
 
 
-async def test_an_abstained_answer_is_not_parsed() -> None:
+def test_a_number_whose_unit_the_question_names_is_read_with_its_unit() -> None:
+    """The answer is "2,300" (the question names the miles), the entity "2,300 miles" (QUANTITY)."""
+    question, sentence = "How many miles long is the river?", "The river is 2,300 miles long."
+    parsed = parse_for_short_answer(question, sentence, default_parser())
+    assert parsed is not None
+    spans = candidates(sentence, question, parsed[1])
+    number = next(s for s in spans if s.text == "2,300")
+    row = dict(zip(PARSED_FEATURES, span_features(number, spans, sentence, focus(question), 1.0, parsed),
+                   strict=True))
+    assert row["entity_match"] == 1.0
+
+
+async def test_an_abstained_answer_is_not_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.pipeline.test_generation import candidate
 
-    parser, seen = SpacyParser(), []
+    parser, seen = default_parser(), []
     parse = parser.parse
-    parser.parse = lambda texts: seen.append(texts) or parse(texts)  # type: ignore[method-assign]
+    monkeypatch.setattr(parser, "parse", lambda texts: seen.append(texts) or parse(texts))
     context = [candidate("Pro Bowl tackle Kawann Short led the team in sacks with 11.", "panthers")]
     declined = await ExtractiveGenerator(abstain_below=1.0, parser=parser).generate(
         "What is the boiling point of mercury on Mars?", [], context)

@@ -141,7 +141,7 @@ class ExtractiveGenerator:
         if (self._parser is not None and selection is not None and assessment is not None
                 and assessment.probability >= parameters.abstain_below):
             parsed = await self._parse_async(question, selection.best)
-        answer = self.answer(question, context, selection, parameters, assessment, parsed)
+        answer = self.answer(question, context, selection, parameters, assessment, parsed, parse_here=False)
         answer = answer.model_copy(update={"prompt_name": PROMPT_NAME,
                                            "prompt_version": prompt.version if prompt is not None else None})
         if on_token is not None and not answer.claims:
@@ -275,10 +275,11 @@ class ExtractiveGenerator:
 
     def answer(self, question: str, context: Sequence[Candidate], selection: Selection | None,
                parameters: ExtractiveParameters, assessment: Assessment | None = None,
-               parsed: tuple[Parsed, Parsed] | None = None) -> GeneratedAnswer:
+               parsed: tuple[Parsed, Parsed] | None = None, parse_here: bool = True) -> GeneratedAnswer:
         """The answer for a selection, judged by ``assessment`` (default: the answerability models'
         reading of its evidence); ``parsed``: the question and the best sentence parsed for the
-        short answer (when the generator has a parser and ``generate`` did not parse them, here)."""
+        short answer. Without it, a generator with a parser parses them here, synchronously,
+        unless ``parse_here`` is false (``generate`` parsed off the event loop already)."""
         if selection is None:
             return GeneratedAnswer(answer=NOTHING_FOUND, citations=[], claims=[], confidence=0.0,
                                    generator="extractive", answered=False)
@@ -304,7 +305,7 @@ class ExtractiveGenerator:
             ))
         # Citation order follows the answer: the first citation is the first context cited.
         claims = verify_claims(answer, [c.hit.text for c in context])
-        if parsed is None and self._parser is not None:
+        if parsed is None and parse_here and self._parser is not None:
             parsed = self._parse(question, selection.best)
         short = short_answer(question, selection.best, assessment.probability, parsed=parsed)
         return GeneratedAnswer(answer=answer, short_answer=short, citations=citations, claims=claims,

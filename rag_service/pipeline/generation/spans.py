@@ -127,11 +127,11 @@ def candidates(sentence: str, question: str, parsed: Parsed | None = None) -> li
         known = {_plain(s.text) for s in unique.values()}
         found = len(spans)
         for entity in parsed.entities:
-            words = _without_lead([w for w in parsed.words if entity.start <= w.start < entity.end], stop_words=False)
+            words = _without_lead([w for w in parsed.words if entity.start <= w.start < entity.end], chunk=False)
             if words:
                 add(entity_kind(entity.label), words[0].start, entity.end, syntax_only=True)
         for start, end in parsed.noun_chunks:
-            words = _without_lead([w for w in parsed.words if start <= w.start < end], stop_words=True)
+            words = _without_lead([w for w in parsed.words if start <= w.start < end], chunk=True)
             if 0 < len(words) <= MAX_PHRASE_WORDS:
                 add("phrase", words[0].start, end, syntax_only=True)
         for span in spans[found:]:
@@ -145,11 +145,12 @@ def _plain(text: str) -> str:
     return re.sub(r"^(?:the|a|an)\s+", "", text.lower())
 
 
-def _without_lead(words: list[Word], stop_words: bool) -> list[Word]:
+def _without_lead(words: list[Word], chunk: bool) -> list[Word]:
     """The words of an entity or noun chunk from its first content word: without a leading
-    article, possessive ("Denver['s] defense"), punctuation, or (for noun chunks) stop word."""
-    while words and (words[0].dep in ("det", "poss", "case", "punct") or words[0].text[:1] in ("'", "’")
-                     or (stop_words and words[0].text.lower() in STOP_WORDS)):
+    article, "'s" or punctuation; a noun chunk also without a leading possessor or stop word
+    ("[Denver's] defense"), where an entity keeps it ("Denver" is the entity of "Denver's")."""
+    while words and (words[0].dep in ("det", "case", "punct") or words[0].text[:1] in ("'", "’")
+                     or (chunk and (words[0].dep == "poss" or words[0].text.lower() in STOP_WORDS))):
         words = words[1:]
     return words
 
@@ -194,10 +195,14 @@ def span_features(span: Span, spans: list[Span], sentence: str, asked: Focus, an
     if parsed is None:
         return np.array([row[f] for f in FEATURES], dtype=np.float64)
     # The parse is read at the candidate's own words: a pattern's match may hold a trailing "." or
-    # "," or a leading "The " that the candidate's text dropped (and an entity would not cover).
-    at = sentence.find(span.text, span.start, span.end)
-    start, end = (at, at + len(span.text)) if at >= 0 else (span.start, span.end)
-    row |= syntax_features(start, end, span.text, parsed[1], parsed[0], asked, span.syntax_only)
+    # "," or a leading "The " that the candidate's text dropped (and an entity would not cover);
+    # a number keeps its unit here ("2,300 miles" is the entity, even when the answer is "2,300").
+    raw = sentence[span.start:span.end]
+    core = _clean(raw)
+    at = raw.find(core) if core else -1
+    start, end, text = ((span.start + at, span.start + at + len(core), core) if at >= 0
+                        else (span.start, span.end, span.text))
+    row |= syntax_features(start, end, text, parsed[1], parsed[0], asked, span.syntax_only)
     return np.array([row[f] for f in PARSED_FEATURES], dtype=np.float64)
 
 
