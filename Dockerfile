@@ -14,7 +14,9 @@ COPY rag_service ./rag_service
 COPY ingestion ./ingestion
 COPY evaluation ./evaluation
 COPY migrations ./migrations
-RUN pip install . && useradd --create-home --uid 10001 ragsvc
+# Optional extras, e.g. --build-arg EXTRAS="[parse]" for RAGSVC_ANSWER_SHORT_ANSWER_PARSE.
+ARG EXTRAS=""
+RUN pip install ".${EXTRAS}" && useradd --create-home --uid 10001 ragsvc
 USER ragsvc
 # Local state (the ONNX export of the embedding model) where the non-root user may write.
 ENV RAGSVC_DATA_DIR=/home/ragsvc/.ragsvc

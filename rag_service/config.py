@@ -167,9 +167,9 @@ class Settings(BaseSettings):
     answer_short_answer_parse: bool = Field(
         default=False,
         description="Short answers read the best sentence's dependency parse and named entities (spaCy's "
-                    "small English pipeline, the extra rag-service[parse]): on XQuAD 33% of questions get one "
-                    "at exact match 0.63 instead of 19%, but the parse costs about 12 ms of CPU per answer "
-                    "(p95 +15 to +18 ms on a slow 2-core VM), so it is off by default.",
+                    "small English pipeline, the extra rag-service[parse]): on XQuAD 34% of questions get one "
+                    "at exact match 0.62 instead of 19%, but the parse costs about 12 ms of CPU per answer "
+                    "(p95 +17 ms on average, 9-22 across runs, on a slow 2-core VM), so it is off by default.",
     )
     answer_abstain_below: float = Field(
         default=0.08, ge=0, le=1,

@@ -8,7 +8,7 @@ These are the classic features of feature-based readers (Rajpurkar et al. 2016, 
 question's wh-word); the parse and the entities come from spaCy's small English pipeline
 (providers/syntax.py). On XQuAD, with article-grouped cross-validation and the threshold the
 training picks for exact match >= 0.60, they raise the share of questions given a short answer
-from 18% to 33.5% (docs/benchmarks.md)."""
+from 18% to 34.7% (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
