@@ -67,6 +67,7 @@ from rag_service.pipeline.generation.answerability import (
     undecided,
 )
 from rag_service.pipeline.generation.extractive import ExtractiveGenerator
+from rag_service.pipeline.generation.span_syntax import reading
 from rag_service.pipeline.generation.spans import FEATURES as SPAN_FEATURES
 from rag_service.pipeline.generation.spans import MODEL_FILE as SPAN_MODEL_FILE
 from rag_service.pipeline.generation.spans import PARSED_FEATURES as PARSED_SPAN_FEATURES
@@ -212,9 +213,10 @@ def span_rows(examples: list[dict], answerable: np.ndarray,
         parse = (parses[2 * n], parses[2 * n + 1]) if parsed else None
         spans = candidates(sentence, e["question"], parse[1] if parse else None)
         asked = focus(e["question"])
+        read = reading(parse[0], parse[1], asked) if parse else None
         answers = {normalize(a) for a in e["answers"]}
         for span in spans:
-            x.append(span_features(span, spans, sentence, asked, float(answerable[i]), parse))
+            x.append(span_features(span, spans, sentence, asked, float(answerable[i]), read))
             y.append(int(normalize(span.text) in answers))
             question.append(i)
             groups.append(e["title"])

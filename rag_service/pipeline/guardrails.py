@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from rag_service.domain import MAX_QUESTION_CHARS
-from rag_service.errors import InvalidInputError
+from rag_service.errors import InvalidInputError, RagServiceError
 from rag_service.text.injection import injection_flags
 from rag_service.text.walk import map_strings
 
@@ -133,6 +133,15 @@ class OutputCheck:
     ok: bool
     problems: tuple[str, ...]
     unresolved_citations: tuple[int, ...]
+
+
+class OutputRejectedError(RagServiceError):
+    """The output check found problems in a generated answer (the verify step repairs it)."""
+
+    def __init__(self, problems: Sequence[str], unresolved: Sequence[int]) -> None:
+        super().__init__("; ".join(problems), stage="verify")
+        self.problems = tuple(problems)
+        self.unresolved = set(unresolved)
 
 
 def check_output(answer: str, cited: Iterable[int], available: int, quoted: bool = False) -> OutputCheck:

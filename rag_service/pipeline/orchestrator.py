@@ -20,7 +20,6 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -53,7 +52,7 @@ from rag_service.pipeline.config import PipelineConfig
 from rag_service.pipeline.evaluation import AnswerEvaluator, Graded, contexts_of
 from rag_service.pipeline.executor import EventSink, Executor, Fallback, Plan, RetryPolicy, Step, no_events
 from rag_service.pipeline.generation.extractive import ExtractiveGenerator
-from rag_service.pipeline.guardrails import InputCheck, check_input, check_output
+from rag_service.pipeline.guardrails import InputCheck, OutputRejectedError, check_input, check_output
 from rag_service.pipeline.intent import IntentParser
 from rag_service.pipeline.intent_llm import RULES_UNSURE_BELOW, refine_with_llm
 from rag_service.pipeline.late_grading import LateGrading
@@ -83,15 +82,6 @@ _DECLINE = ("I answer questions about the documents in this collection. Ask me s
             "for example what a document says about a topic.")
 # An LLM that fails or times out leaves this share of the generation budget to the extractive fallback.
 _FALLBACK_SHARE = 0.2
-
-
-class OutputRejectedError(RagServiceError):
-    """The output check found problems in a generated answer (the verify step repairs it)."""
-
-    def __init__(self, problems: Sequence[str], unresolved: Sequence[int]) -> None:
-        super().__init__("; ".join(problems), stage="verify")
-        self.problems = tuple(problems)
-        self.unresolved = set(unresolved)
 
 
 @dataclass

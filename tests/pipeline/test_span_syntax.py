@@ -8,7 +8,7 @@ import pytest
 from rag_service.config import Settings
 from rag_service.errors import ProviderError
 from rag_service.pipeline.generation.extractive import ExtractiveGenerator
-from rag_service.pipeline.generation.span_syntax import entity_kind, syntax_features, wh_role
+from rag_service.pipeline.generation.span_syntax import entity_kind, reading, syntax_features, wh_role
 from rag_service.pipeline.generation.spans import (
     PARSED_FEATURES,
     candidates,
@@ -110,11 +110,11 @@ def test_the_subject_of_the_asked_verb_reads_as_the_answer_to_who() -> None:
     assert parsed is not None
     asked = focus(question)
     at = sentence.index("Kawann Short")
-    person = syntax_features(at, at + len("Kawann Short"), "Kawann Short", parsed[1], parsed[0], asked, False)
+    person = syntax_features(at, at + len("Kawann Short"), "Kawann Short", reading(*parsed, asked), False)
     assert person["entity_match"] == person["subject"] == person["wh_role"] == person["verb_match"] == 1.0
     assert person["head_is_anchor"] == 1.0 and person["entity_mismatch"] == 0.0
     at = sentence.index("11")
-    count = syntax_features(at, at + 2, "11", parsed[1], parsed[0], asked, False)
+    count = syntax_features(at, at + 2, "11", reading(*parsed, asked), False)
     assert count["entity_mismatch"] == 1.0 and count["subject"] == 0.0 and count["wh_role"] == 0.0
     assert count["tree_distance"] > person["tree_distance"]
     assert scored_candidates(question, sentence, parsed=parsed)[0][0].text == "Kawann Short"
@@ -187,8 +187,8 @@ def test_a_name_before_a_full_stop_is_read_as_its_entity() -> None:
     spans = candidates(SENTENCE, question, parsed[1])
     seattle = next(s for s in spans if s.text == "Seattle")
     assert SENTENCE[seattle.start:seattle.end] != "Seattle"  # the raw match is longer
-    row = dict(zip(PARSED_FEATURES, span_features(seattle, spans, SENTENCE, focus(question), 1.0, parsed),
-                   strict=True))
+    read = reading(*parsed, focus(question))
+    row = dict(zip(PARSED_FEATURES, span_features(seattle, spans, SENTENCE, focus(question), 1.0, read), strict=True))
     assert row["entity"] == row["entity_match"] == 1.0 and row["entity_mismatch"] == 0.0
 
 
@@ -199,8 +199,8 @@ def test_a_number_whose_unit_the_question_names_is_read_with_its_unit() -> None:
     assert parsed is not None
     spans = candidates(sentence, question, parsed[1])
     number = next(s for s in spans if s.text == "2,300")
-    row = dict(zip(PARSED_FEATURES, span_features(number, spans, sentence, focus(question), 1.0, parsed),
-                   strict=True))
+    read = reading(*parsed, focus(question))
+    row = dict(zip(PARSED_FEATURES, span_features(number, spans, sentence, focus(question), 1.0, read), strict=True))
     assert row["entity_match"] == 1.0
 
 

@@ -137,11 +137,9 @@ class ExtractiveGenerator:
             if self._token_encoder is not None and undecided(assessment.probability, parameters.abstain_below):
                 selection = replace(selection, evidence=await self.aligned(selection.evidence))
                 assessment = assess(selection.evidence)
-        parsed = None
-        if (self._parser is not None and selection is not None and assessment is not None
-                and assessment.probability >= parameters.abstain_below):
-            parsed = await self._parse_async(question, selection.best)
-        answer = self.answer(question, context, selection, parameters, assessment, parsed, parse_here=False)
+        parsed = (await self._parse_async(question, selection.best)
+                  if self._wants_parse(selection, assessment, parameters) else None)
+        answer = self.answer(question, context, selection, parameters, assessment, parsed)
         answer = answer.model_copy(update={"prompt_name": PROMPT_NAME,
                                            "prompt_version": prompt.version if prompt is not None else None})
         if on_token is not None and not answer.claims:
@@ -166,6 +164,12 @@ class ExtractiveGenerator:
             self._token_encoder = None
             return evidence
         return replace(evidence, alignment=alignment(evidence.question, asked, matched, evidence.idf))
+
+    def _wants_parse(self, selection: Selection | None, assessment: Assessment | None,
+                     parameters: ExtractiveParameters) -> bool:
+        """Whether to parse for the short answer: a parser is at hand and the answer will be given."""
+        return (self._parser is not None and selection is not None and assessment is not None
+                and assessment.probability >= parameters.abstain_below)
 
     def _parse(self, question: str, sentence: str) -> tuple[Parsed, Parsed] | None:
         """The question and the sentence parsed for the short answer; None for a clause question,
@@ -270,16 +274,17 @@ class ExtractiveGenerator:
         ``retrieval_confidence`` is accepted for the protocol's sake: the model reads the evidence
         itself. Synchronous, so without the token alignment (``generate`` adds it)."""
         parameters = parameters or self.defaults
-        return self.answer(question, context, self.select(question, sub_questions, context, parameters=parameters),
-                           parameters)
+        selection = self.select(question, sub_questions, context, parameters=parameters)
+        assessment = assess(selection.evidence) if selection is not None else None
+        parsed = self._parse(question, selection.best) if self._wants_parse(selection, assessment, parameters) else None
+        return self.answer(question, context, selection, parameters, assessment, parsed)
 
     def answer(self, question: str, context: Sequence[Candidate], selection: Selection | None,
                parameters: ExtractiveParameters, assessment: Assessment | None = None,
-               parsed: tuple[Parsed, Parsed] | None = None, parse_here: bool = True) -> GeneratedAnswer:
+               parsed: tuple[Parsed, Parsed] | None = None) -> GeneratedAnswer:
         """The answer for a selection, judged by ``assessment`` (default: the answerability models'
         reading of its evidence); ``parsed``: the question and the best sentence parsed for the
-        short answer. Without it, a generator with a parser parses them here, synchronously,
-        unless ``parse_here`` is false (``generate`` parsed off the event loop already)."""
+        short answer (without it, the model that does not read the parse picks it)."""
         if selection is None:
             return GeneratedAnswer(answer=NOTHING_FOUND, citations=[], claims=[], confidence=0.0,
                                    generator="extractive", answered=False)
@@ -305,8 +310,6 @@ class ExtractiveGenerator:
             ))
         # Citation order follows the answer: the first citation is the first context cited.
         claims = verify_claims(answer, [c.hit.text for c in context])
-        if parsed is None and parse_here and self._parser is not None:
-            parsed = self._parse(question, selection.best)
         short = short_answer(question, selection.best, assessment.probability, parsed=parsed)
         return GeneratedAnswer(answer=answer, short_answer=short, citations=citations, claims=claims,
                                confidence=round(assessment.confidence, 3), generator="extractive",

@@ -13,6 +13,7 @@ from 18% to 34.7% (docs/benchmarks.md)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from rag_service.domain import Entity, Parsed
 from rag_service.text.questions import Focus
@@ -58,15 +59,6 @@ def entity_at(parsed: Parsed, start: int, end: int, text: str) -> Entity | None:
     return None
 
 
-def _distance(parsed: Parsed, a: int, b: int) -> int:
-    up_a = [a, *parsed.ancestors(a)]
-    depth = {w: n for n, w in enumerate(up_a)}
-    for n, w in enumerate([b, *parsed.ancestors(b)]):
-        if w in depth:
-            return depth[w] + n
-    return _FAR
-
-
 def wh_role(question: Parsed) -> str | None:
     """The coarse role of the question's wh-phrase ("which team" counts as the noun it modifies); None
     when there is none, or its role is none of subject, object and oblique."""
@@ -77,30 +69,58 @@ def wh_role(question: Parsed) -> str | None:
     return None
 
 
-def syntax_features(start: int, end: int, text: str, sentence: Parsed, question: Parsed, asked: Focus,
-                    syntax_only: bool) -> dict[str, float]:
+@dataclass(frozen=True)
+class Reading:
+    """What every candidate of one sentence shares, worked out once per question and sentence."""
+
+    sentence: Parsed
+    expected: frozenset[str] | None     # the entity types the question asks for
+    matched: frozenset[int]             # the sentence's words that are question words
+    role: str | None                    # the wh-word's role
+    asked_verbs: frozenset[str]         # the stems of the question's verbs
+    ancestors: tuple[tuple[int, ...], ...]  # each word's heads, nearest first
+
+
+def reading(question: Parsed, sentence: Parsed, asked: Focus) -> Reading:
+    return Reading(
+        sentence=sentence,
+        expected=ENTITY_TYPES.get(asked.kind or ""),
+        matched=frozenset(i for i, w in enumerate(sentence.words) if (t := terms(w.text)) and t[0] in asked.terms),
+        role=wh_role(question),
+        asked_verbs=frozenset(t[0] for w in question.words if w.pos == "VERB" and (t := terms(w.text))),
+        ancestors=tuple(tuple(sentence.ancestors(i)) for i in range(len(sentence.words))),
+    )
+
+
+def _distance(read: Reading, a: int, b: int) -> int:
+    depth = {w: n for n, w in enumerate((a, *read.ancestors[a]))}
+    for n, w in enumerate((b, *read.ancestors[b])):
+        if w in depth:
+            return depth[w] + n
+    return _FAR
+
+
+def syntax_features(start: int, end: int, text: str, read: Reading, syntax_only: bool) -> dict[str, float]:
+    sentence = read.sentence
     inside = [i for i, w in enumerate(sentence.words) if start <= w.start < end]
-    root = min(inside, key=lambda i: len(sentence.ancestors(i))) if inside else None
-    anchors = [i for i, w in enumerate(sentence.words)
-               if i not in inside and (t := terms(w.text)) and t[0] in asked.terms]
+    root = min(inside, key=lambda i: len(read.ancestors[i])) if inside else None
+    anchors = sorted(read.matched.difference(inside))
     entity = entity_at(sentence, start, end, text)
-    expected = ENTITY_TYPES.get(asked.kind or "")
+    expected = read.expected
     dep = sentence.words[root].dep if root is not None else None
-    heads = sentence.ancestors(root)[:2] if root is not None else []
-    asked_verbs = {t[0] for w in question.words if w.pos == "VERB" and (t := terms(w.text))}
-    role = wh_role(question)
+    heads = read.ancestors[root][:2] if root is not None else ()
     return {
         "entity": float(entity is not None),
         "entity_match": float(entity is not None and expected is not None and entity.label in expected),
         "entity_mismatch": float(entity is not None and expected is not None and entity.label not in expected),
         "noun_chunk": float(any(s <= start and end <= e for s, e in sentence.noun_chunks)),
-        "tree_distance": math.log1p(min((_distance(sentence, root, a) for a in anchors), default=_FAR)
+        "tree_distance": math.log1p(min((_distance(read, root, a) for a in anchors), default=_FAR)
                                     if root is not None else _FAR),
         "subject": float(dep in _SUBJECT),
         "object": float(dep in _OBJECT),
         "head_is_anchor": float(any(h in anchors for h in heads)),
-        "wh_role": float(role is not None and role == _ROLE.get(dep or "")),
+        "wh_role": float(read.role is not None and read.role == _ROLE.get(dep or "")),
         "verb_match": float(any(sentence.words[h].pos == "VERB" and (t := terms(sentence.words[h].text))
-                                and t[0] in asked_verbs for h in heads)),
+                                and t[0] in read.asked_verbs for h in heads)),
         "syntax_only": float(syntax_only),
     }

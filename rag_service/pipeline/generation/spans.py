@@ -25,7 +25,13 @@ from functools import cache
 import numpy as np
 
 from rag_service.domain import Parsed, Word
-from rag_service.pipeline.generation.span_syntax import SYNTAX_FEATURES, entity_kind, syntax_features
+from rag_service.pipeline.generation.span_syntax import (
+    SYNTAX_FEATURES,
+    Reading,
+    entity_kind,
+    reading,
+    syntax_features,
+)
 from rag_service.providers.rerankers import LinearModel
 from rag_service.providers.syntax import SyntaxParser
 from rag_service.text.questions import Focus, focus, wants_clause
@@ -156,8 +162,9 @@ def _without_lead(words: list[Word], chunk: bool) -> list[Word]:
 
 
 def span_features(span: Span, spans: list[Span], sentence: str, asked: Focus, answerable: float,
-                  parsed: tuple[Parsed, Parsed] | None = None) -> np.ndarray:
-    """The candidate's features: FEATURES, or with ``parsed`` (question, sentence) PARSED_FEATURES."""
+                  read: Reading | None = None) -> np.ndarray:
+    """The candidate's features: FEATURES, or with the parse's ``read`` (span_syntax.reading, once
+    per question and sentence) PARSED_FEATURES."""
     words = [(m.start(), m.group(0)) for m in re.finditer(r"[\w'-]+", sentence)]
     anchors = [i for i, (_, w) in enumerate(words) if terms(w) and terms(w)[0] in asked.terms]
     inside = [i for i, (at, _) in enumerate(words) if span.start <= at < span.end]
@@ -192,7 +199,7 @@ def span_features(span: Span, spans: list[Span], sentence: str, asked: Focus, an
         "answerable": answerable,
         "starts_sentence": float(span.start <= 1),
     }
-    if parsed is None:
+    if read is None:
         return np.array([row[f] for f in FEATURES], dtype=np.float64)
     # The parse is read at the candidate's own words: a pattern's match may hold a trailing "." or
     # "," or a leading "The " that the candidate's text dropped (and an entity would not cover);
@@ -202,7 +209,7 @@ def span_features(span: Span, spans: list[Span], sentence: str, asked: Focus, an
     at = raw.find(core) if core else -1
     start, end, text = ((span.start + at, span.start + at + len(core), core) if at >= 0
                         else (span.start, span.end, span.text))
-    row |= syntax_features(start, end, text, parsed[1], parsed[0], asked, span.syntax_only)
+    row |= syntax_features(start, end, text, read, span.syntax_only)
     return np.array([row[f] for f in PARSED_FEATURES], dtype=np.float64)
 
 
@@ -245,7 +252,8 @@ def scored_candidates(question: str, sentence: str, answerable: float = 1.0,
         return []
     asked = focus(question)
     model = model or ShortAnswerModel.default(parsed=parsed is not None)
-    rows = np.vstack([span_features(s, spans, sentence, asked, answerable, parsed) for s in spans])
+    read = reading(parsed[0], parsed[1], asked) if parsed else None
+    rows = np.vstack([span_features(s, spans, sentence, asked, answerable, read) for s in spans])
     return sorted(zip(spans, model.probabilities(rows).tolist(), strict=True), key=lambda sp: -sp[1])
 
 
