@@ -37,18 +37,16 @@ def serve(
     # Fail here, as one clear line, rather than inside uvicorn's lifespan with a traceback.
     make_embedder(config)
     database_url(config)
-    if not is_loopback(config.host):
+    exposed = not is_loopback(config.host)
+    if exposed or config.vector_index == "half":
 
-        async def any_active_key(runtime: Runtime) -> bool:
-            return await runtime.keys.any_active()
+        async def preflight(runtime: Runtime) -> None:
+            """The checks that need the database, on one runtime opened once."""
+            if exposed:
+                check_exposure(config.host, await runtime.keys.any_active())
+            await runtime.store.check_vector_index()  # nothing to check unless RAGSVC_VECTOR_INDEX=half
 
-        check_exposure(config.host, run_with_runtime(any_active_key, check_schema=True))
-    if config.vector_index == "half":
-
-        async def half_index_ready(runtime: Runtime) -> None:
-            await runtime.store.check_vector_index()
-
-        run_with_runtime(half_index_ready, check_schema=True)
+        run_with_runtime(preflight, check_schema=True)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal under the
     # handlers it found. With the default ones the process would die without running atexit,
     # leaving the embedded PostgreSQL running; these turn a graceful stop into a clean exit.
