@@ -24,6 +24,8 @@ ENV_PREFIX = "RAGSVC_"
 
 # Only plain identifiers: the value is interpolated into DDL (a regconfig name), never user input.
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*$")
+# The spellings pydantic reads as booleans.
+_BOOLEAN = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False}
 
 
 class Settings(BaseSettings):
@@ -164,12 +166,13 @@ class Settings(BaseSettings):
                     "one call; on XQuAD 5% of answerable questions need it, abstention without the paragraph "
                     "0.685 -> 0.723 at no measurable latency); ignored with a remote embedder.",
     )
-    answer_short_answer_parse: bool = Field(
-        default=False,
-        description="Short answers read the best sentence's dependency parse and named entities (spaCy's "
-                    "small English pipeline, the extra rag-service[parse]): on XQuAD 34% of questions get one "
-                    "at exact match 0.62 instead of 19%, but the parse costs about 12 ms of CPU per answer "
-                    "(p95 +17 ms on average, 9-22 across runs, on a slow 2-core VM), so it is off by default.",
+    answer_short_answer_parse: Literal["off", "entities", "full"] = Field(
+        default="off",
+        description="What short answers read of the best sentence beyond its words (spaCy's small English "
+                    "pipeline, the extra rag-service[parse]): 'entities', its named entities (out of fold on "
+                    "XQuAD 27.6% of questions get one at exact match 0.60 instead of 18.0%, for about 5 ms of "
+                    "CPU per answer); 'full', also the question's and the sentence's dependency parse (34.7%, "
+                    "about 12 ms: p95 +17 ms on average on a slow 2-core VM); 'off'. true / false mean full / off.",
     )
     answer_abstain_below: float = Field(
         default=0.08, ge=0, le=1,
@@ -277,6 +280,16 @@ class Settings(BaseSettings):
                 return "postgresql+psycopg://" + value[len(prefix) :]
         if not value.startswith("postgresql+psycopg://"):
             raise ValueError("must be a PostgreSQL URL such as postgresql://user:password@host:5432/dbname")
+        return value
+
+    @field_validator("answer_short_answer_parse", mode="before")
+    @classmethod
+    def _parse_depth(cls, value: object) -> object:
+        # The setting was a boolean before it had depths: true meant the full parse.
+        if isinstance(value, bool):
+            return "full" if value else "off"
+        if isinstance(value, str) and value.strip().lower() in _BOOLEAN:
+            return "full" if _BOOLEAN[value.strip().lower()] else "off"
         return value
 
     @field_validator("rate_limit")

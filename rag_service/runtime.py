@@ -220,7 +220,7 @@ class Runtime:
             evaluator=self.evaluator, prompts=prompts, reporting=reporting,
             token_encoder=self.embedder if s.answer_token_alignment and isinstance(self.embedder, TokenEncoder)
             else None,
-            syntax_parser=default_parser() if s.answer_short_answer_parse else None,
+            syntax_parser=default_parser(s.answer_short_answer_parse) if s.answer_short_answer_parse != "off" else None,
             config=PipelineConfig(retrieve_budget_s=s.query_retrieve_budget_s, judge_budget_s=s.eval_judge_budget_s,
                                   generate_budget_s=s.query_generate_budget_s, history_turns=s.conversation_turns,
                                   candidates=s.query_retrieval_candidates, strategies=s.default_strategies,

@@ -18,7 +18,7 @@ from rag_service.api import create_app
 from rag_service.cli import app as cli
 from rag_service.cli.query import show_result
 from rag_service.config import get_settings, load_settings
-from rag_service.domain import QueryRequest
+from rag_service.domain import ParseDepth, QueryRequest
 from rag_service.errors import InvalidInputError
 from rag_service.providers.syntax import default_parser
 from tests.apps import ingest_and_wait
@@ -94,22 +94,26 @@ def test_short_answers_and_exact_lookups(client: TestClient) -> None:
     assert lookup["citations"][0]["source_uri"] == "incident.md"
 
 
-def test_short_answers_can_read_the_parse(client: TestClient, migrated_url: str,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("setting, depth", [("true", "full"), ("entities", "entities")])
+def test_short_answers_can_read_the_parse(client: TestClient, migrated_url: str, monkeypatch: pytest.MonkeyPatch,
+                                          setting: str, depth: ParseDepth) -> None:
     """RAGSVC_ANSWER_SHORT_ANSWER_PARSE: the same documents (the module's), answered by a service
-    whose short answers read the best sentence's parse (and only by that one)."""
-    parser, parsed_texts = default_parser(), []
+    whose short answers read the best sentence's parse (and only by that one): the question and the
+    sentence for the full parse, the sentence alone for its entities."""
+    parser, parsed_texts = default_parser(depth), []
     parse = parser.parse
     monkeypatch.setattr(parser, "parse", lambda texts: parsed_texts.extend(texts) or parse(texts))
-    question = "How long did the service take to recover?"
-    assert ask(client, question=question)["short_answer"] == "14 minutes" and parsed_texts == []  # off by default
-    settings = load_settings(database_url=migrated_url, answer_short_answer_parse=True, **NO_WALL_CLOCK_LIMITS)
+    question = "When was the connection pool exhausted?"
+    assert ask(client, question=question)["short_answer"] == "March 3, 2026" and parsed_texts == []  # off by default
+    settings = load_settings(database_url=migrated_url, answer_short_answer_parse=setting, **NO_WALL_CLOCK_LIMITS)
     with TestClient(create_app(settings)) as with_parse:
         result = ask(with_parse, question=question)
-        assert result["outcome"] == "answered" and result["short_answer"] == "14 minutes"
-        assert parsed_texts[0] == question and parsed_texts[1] in result["answer"]  # the best sentence
+        assert result["outcome"] == "answered" and result["short_answer"] == "March 3, 2026"
+        texts = 2 if depth == "full" else 1
+        assert len(parsed_texts) == texts and parsed_texts[-1] in result["answer"]  # the best sentence
+        assert depth == "entities" or parsed_texts[0] == question
         assert ask(with_parse, question="Why did the service go down?")["short_answer"] is None  # a clause
-        assert len(parsed_texts) == 2  # a clause is not parsed
+        assert len(parsed_texts) == texts  # a clause is not parsed
 
 
 def test_multi_part_questions_retrieve_each_part_concurrently(client: TestClient) -> None:

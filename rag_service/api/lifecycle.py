@@ -15,6 +15,7 @@ from procrastinate import App
 
 from ingestion.jobs import make_queue, run_worker
 from rag_service.config import Settings
+from rag_service.domain import ParseDepth
 from rag_service.errors import ProviderError
 from rag_service.providers.syntax import default_parser
 from rag_service.runtime import Runtime
@@ -53,11 +54,11 @@ async def _clean_traces(runtime: Runtime, every_s: float) -> None:
         await asyncio.sleep(every_s)
 
 
-async def _load_parser() -> None:
+async def _load_parser(depth: ParseDepth) -> None:
     """Load the short-answer parser before the first query needs it (about 2.5 s); a failure is
     logged here, and the answers then fall back to the model that does not read the parse."""
     try:
-        await asyncio.to_thread(default_parser().load)
+        await asyncio.to_thread(default_parser(depth).load)
     except ProviderError as exc:
         log.error("RAGSVC_ANSWER_SHORT_ANSWER_PARSE is on, but %s; short answers will not read the parse", exc)
 
@@ -67,8 +68,8 @@ async def serving(settings: Settings) -> AsyncIterator[Services]:
     runtime = await asyncio.to_thread(Runtime.open, settings)
     # The model loads in the background: /healthz answers at once, /readyz says "loading".
     background = [asyncio.create_task(runtime.warm_up_embedder())]
-    if settings.answer_short_answer_parse:
-        background.append(asyncio.create_task(_load_parser()))
+    if settings.answer_short_answer_parse != "off":
+        background.append(asyncio.create_task(_load_parser(settings.answer_short_answer_parse)))
     queue = make_queue(runtime.db.url)
     await queue.open_async()
     background.append(asyncio.create_task(_clean_traces(runtime, TRACE_CLEANUP_EVERY_S)))

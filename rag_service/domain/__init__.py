@@ -90,7 +90,7 @@ from rag_service.domain.routing import (
 )
 from rag_service.domain.search import SearchRequest, SearchResponse, SearchResultPublic
 from rag_service.domain.strategies import StrategyName, check_strategy_names, strategy_names
-from rag_service.domain.syntax import Entity, Parsed, Word
+from rag_service.domain.syntax import Entity, Parsed, ParseDepth, Word
 from rag_service.domain.tenants import (
     DEFAULT_TENANT,
     TENANT_PATTERN,
@@ -105,6 +105,7 @@ from rag_service.domain.traces import QueryTrace, TraceCandidate
 
 __all__ = [
     "Entity",
+    "ParseDepth",
     "Parsed",
     "Word",
     "DEFAULT_TENANT",

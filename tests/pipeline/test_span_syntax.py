@@ -4,13 +4,17 @@ from it (span_syntax.py)."""
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from rag_service.config import Settings
+from rag_service.domain import ParseDepth
 from rag_service.errors import ProviderError
 from rag_service.pipeline.generation.extractive import ExtractiveGenerator
 from rag_service.pipeline.generation.span_syntax import entity_kind, reading, syntax_features, wh_role
 from rag_service.pipeline.generation.spans import (
+    ENTITIES_FEATURES,
     PARSED_FEATURES,
+    ShortAnswerModel,
     candidates,
     parse_for_short_answer,
     scored_candidates,
@@ -125,23 +129,69 @@ def test_a_clause_question_is_not_parsed() -> None:
     assert parse_for_short_answer("Why is the sky blue?", sentence, default_parser()) is None
 
 
-async def test_the_generator_with_a_parser_finds_what_only_the_parse_can() -> None:
+@pytest.mark.parametrize("depth", ["full", "entities"])
+async def test_the_generator_with_a_parser_finds_what_only_the_parse_can(depth: ParseDepth) -> None:
     """With a parser (RAGSVC_ANSWER_SHORT_ANSWER_PARSE) the name inside "Microsoft CEO Satya
     Nadella" can be the short answer; without one it is not a candidate at all."""
     from tests.pipeline.test_generation import candidate
 
     context = [candidate(SENTENCE, "nadella")]
-    question = "Who announced that 1,200 workers would move to Seattle?"
+    question = "Who is the CEO of Microsoft?"
     plain = await ExtractiveGenerator(abstain_below=0.0).generate(question, [], context)
-    parsed = await ExtractiveGenerator(abstain_below=0.0, parser=default_parser()).generate(question, [], context)
+    parser = default_parser(depth)
+    parsed = await ExtractiveGenerator(abstain_below=0.0, parser=parser).generate(question, [], context)
     assert plain.short_answer != "Satya Nadella"
     assert parsed.short_answer == "Satya Nadella"
-    assert ExtractiveGenerator(abstain_below=0.0, parser=default_parser()).extract(
+    assert ExtractiveGenerator(abstain_below=0.0, parser=parser).extract(
         question, [], context).short_answer == "Satya Nadella"  # the synchronous path parses too
 
 
-def test_the_parse_is_off_by_default() -> None:
-    assert Settings().answer_short_answer_parse is False
+def test_the_parse_is_off_by_default_and_true_still_means_the_full_parse() -> None:
+    assert Settings().answer_short_answer_parse == "off"
+    assert Settings(answer_short_answer_parse="true").answer_short_answer_parse == "full"
+    assert Settings(answer_short_answer_parse=False).answer_short_answer_parse == "off"
+    assert Settings(answer_short_answer_parse="entities").answer_short_answer_parse == "entities"
+    with pytest.raises(ValidationError, match="'off', 'entities' or 'full'"):
+        Settings(answer_short_answer_parse="deep")
+
+
+def test_the_entities_depth_gives_the_entities_alone() -> None:
+    parser = default_parser("entities")
+    (parsed,) = parser.parse([SENTENCE])
+    entities = {(SENTENCE[e.start:e.end], e.label) for e in parsed.entities}
+    assert {("Satya Nadella", "PERSON"), ("Seattle", "GPE"), ("7 January 2016", "DATE")} <= entities
+    assert not parsed.tree and parsed.noun_chunks == ()
+    assert all(w.head == i and w.dep == "" for i, w in enumerate(parsed.words))
+    assert all(SENTENCE[w.start:w.end] == w.text for w in parsed.words)
+
+
+def test_at_the_entities_depth_only_the_sentence_is_parsed_and_only_entity_features_are_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    parser, seen = default_parser("entities"), []
+    parse = parser.parse
+    monkeypatch.setattr(parser, "parse", lambda texts: seen.append(texts) or parse(texts))
+    question = "Who announced that the workers would move?"
+    parsed = parse_for_short_answer(question, SENTENCE, parser)
+    assert parsed is not None and parsed[0] is None and seen == [[SENTENCE]]
+    spans = candidates(SENTENCE, question, parsed[1])
+    nadella = next(s for s in spans if s.text == "Satya Nadella")
+    read = reading(*parsed, focus(question))
+    row = dict(zip(ENTITIES_FEATURES, span_features(nadella, spans, SENTENCE, focus(question), 1.0, read),
+                   strict=True))
+    assert row["entity"] == row["entity_match"] == row["syntax_only"] == 1.0 and row["entity_mismatch"] == 0.0
+    assert ShortAnswerModel.for_parse(parsed) == ShortAnswerModel.default("entities")
+
+
+def test_without_the_tree_an_entitys_leading_article_goes_by_its_spelling_and_a_currency_sign_stays() -> None:
+    question, sentence = "Who did the Broncos play?", "In the game, the Broncos played against the Carolina Panthers."
+    parsed = parse_for_short_answer(question, sentence, default_parser("entities"))
+    assert parsed is not None
+    texts = [c.text for c in candidates(sentence, question, parsed[1])]
+    assert "Carolina Panthers" in texts and not any(t.lower().startswith("the ") for t in texts)
+    question, sentence = "How much did the stadium cost?", "The stadium cost $1.3 billion to build."
+    parsed = parse_for_short_answer(question, sentence, default_parser("entities"))
+    assert parsed is not None and any(sentence[e.start:e.end] == "$1.3 billion" for e in parsed[1].entities)
+    assert "$1.3 billion" in [c.text for c in candidates(sentence, question, parsed[1])]
 
 
 async def test_a_parser_that_fails_leaves_the_short_answer_to_the_plain_model(caplog: pytest.LogCaptureFixture) -> None:

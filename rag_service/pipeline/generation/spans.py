@@ -8,9 +8,10 @@ not already state (never a pronoun: pronouns are stop words). A small logistic m
 scores each from evidence that carries across collections: whether its kind is the one asked for,
 how close it stands to the question's words in the sentence and how many of them surround it, how
 much of the question the sentence holds, and how likely the passage is to answer at all. With the
-sentence's parse (``RAGSVC_ANSWER_SHORT_ANSWER_PARSE``), a second model also reads whether its
+sentence's parse (``RAGSVC_ANSWER_SHORT_ANSWER_PARSE=full``), a second model also reads whether its
 entity type is the one asked for, how close it stands to the question's words in the dependency
-tree and whether it fills the wh-word's role (span_syntax.py). The best candidate is the short
+tree and whether it fills the wh-word's role (span_syntax.py); with its named entities alone
+(``=entities``), a third reads the entity features only. The best candidate is the short
 answer only when its probability of being exactly the answer reaches the model's threshold:
 precision first.
 """
@@ -19,13 +20,15 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
 
-from rag_service.domain import Parsed, Word
+from rag_service.domain import Parsed, ParseDepth, Word
 from rag_service.pipeline.generation.span_syntax import (
+    ENTITY_FEATURES,
     SYNTAX_FEATURES,
     Reading,
     entity_kind,
@@ -41,8 +44,19 @@ FEATURES = ("kind_match", "kind_mismatch", "open_name", "open_number", "open_dat
             "distance", "after_anchor", "before_anchor", "between_anchors", "near", "overlap", "length",
             "first_of_kind", "kind_count", "sentence_share", "answerable", "starts_sentence")
 PARSED_FEATURES = (*FEATURES, *SYNTAX_FEATURES)
+ENTITIES_FEATURES = (*FEATURES, *ENTITY_FEATURES)
 MODEL_FILE = "short_answer.json"
 PARSED_MODEL_FILE = "short_answer_parsed.json"
+ENTITIES_MODEL_FILE = "short_answer_entities.json"
+# (model file, its features) for each parse depth; None: without a parse.
+SHORT_ANSWER_MODELS: dict[ParseDepth | None, tuple[str, tuple[str, ...]]] = {
+    None: (MODEL_FILE, FEATURES),
+    "entities": (ENTITIES_MODEL_FILE, ENTITIES_FEATURES),
+    "full": (PARSED_MODEL_FILE, PARSED_FEATURES),
+}
+# The question's parse (None at the entities depth, where only the sentence's entities are read)
+# and the best sentence's.
+ShortAnswerParse = tuple[Parsed | None, Parsed]
 
 _SCALE = r"(?:\s?(?:%|percent|million|billion|trillion|thousand|hundred))"
 _UNIT = (r"(?:\s(?:seconds?|minutes?|hours?|days?|weeks?|months?|years?|km|kilometers?|kilometres?|miles?|"
@@ -154,17 +168,23 @@ def _plain(text: str) -> str:
 def _without_lead(words: list[Word], chunk: bool) -> list[Word]:
     """The words of an entity or noun chunk from its first content word: without a leading
     article, "'s" or punctuation; a noun chunk also without a leading possessor or stop word
-    ("[Denver's] defense"), where an entity keeps it ("Denver" is the entity of "Denver's")."""
+    ("[Denver's] defense"), where an entity keeps it ("Denver" is the entity of "Denver's").
+    Without the tree (the entities depth) an article is known by its spelling."""
     while words and (words[0].dep in ("det", "case", "punct") or words[0].text[:1] in ("'", "’")
+                     or (not words[0].dep and _article_or_punctuation(words[0].text))
                      or (chunk and (words[0].dep == "poss" or words[0].text.lower() in STOP_WORDS))):
         words = words[1:]
     return words
 
 
+def _article_or_punctuation(word: str) -> bool:
+    return word.lower() in ("the", "a", "an") or unicodedata.category(word[0]).startswith("P")
+
+
 def span_features(span: Span, spans: list[Span], sentence: str, asked: Focus, answerable: float,
                   read: Reading | None = None) -> np.ndarray:
     """The candidate's features: FEATURES, or with the parse's ``read`` (span_syntax.reading, once
-    per question and sentence) PARSED_FEATURES."""
+    per question and sentence) PARSED_FEATURES (ENTITIES_FEATURES at the entities depth)."""
     words = [(m.start(), m.group(0)) for m in re.finditer(r"[\w'-]+", sentence)]
     anchors = [i for i, (_, w) in enumerate(words) if terms(w) and terms(w)[0] in asked.terms]
     inside = [i for i, (at, _) in enumerate(words) if span.start <= at < span.end]
@@ -210,7 +230,7 @@ def span_features(span: Span, spans: list[Span], sentence: str, asked: Focus, an
     start, end, text = ((span.start + at, span.start + at + len(core), core) if at >= 0
                         else (span.start, span.end, span.text))
     row |= syntax_features(start, end, text, read, span.syntax_only)
-    return np.array([row[f] for f in PARSED_FEATURES], dtype=np.float64)
+    return np.array([row[f] for f in (*FEATURES, *read.features)], dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -220,28 +240,41 @@ class ShortAnswerModel:
 
     @classmethod
     @cache
-    def default(cls, parsed: bool = False) -> ShortAnswerModel:
-        """The shipped model: the one that reads the parse, or the one that does not."""
-        model = (LinearModel.load(resource=PARSED_MODEL_FILE, features=PARSED_FEATURES) if parsed
-                 else LinearModel.load(resource=MODEL_FILE, features=FEATURES))
+    def default(cls, depth: ParseDepth | None = None) -> ShortAnswerModel:
+        """The shipped model for a parse of this depth (None: the one that reads no parse)."""
+        resource, features = SHORT_ANSWER_MODELS[depth]
+        model = LinearModel.load(resource=resource, features=features)
         return cls(model, model.threshold if model.threshold is not None else 0.5)
+
+    @classmethod
+    def for_parse(cls, parsed: ShortAnswerParse | None) -> ShortAnswerModel:
+        return cls.default(None if parsed is None else "full" if parsed[1].tree else "entities")
 
     def probabilities(self, rows: np.ndarray) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-self.weights.score(rows)))
 
 
-def parse_for_short_answer(question: str, sentence: str, parser: SyntaxParser) -> tuple[Parsed, Parsed] | None:
+def parse_for_short_answer(question: str, sentence: str, parser: SyntaxParser) -> ShortAnswerParse | None:
     """(question, sentence) parsed, or None for a question never given a short answer (it asks
-    why or how something happened: its answer is a clause)."""
+    why or how something happened: its answer is a clause). At the entities depth only the
+    sentence is parsed: nothing of the question's parse is read without the sentence's tree."""
     if wants_clause(question):
         return None
-    parsed_question, parsed_sentence = parser.parse([question, sentence])
-    return parsed_question, parsed_sentence
+    return as_pair(parser.parse(texts_to_parse(question, sentence, parser.depth)))
+
+
+def texts_to_parse(question: str, sentence: str, depth: ParseDepth) -> list[str]:
+    return [sentence] if depth == "entities" else [question, sentence]
+
+
+def as_pair(parses: list[Parsed]) -> ShortAnswerParse:
+    """The parses of ``texts_to_parse``, as (question, sentence)."""
+    return (None, parses[0]) if len(parses) == 1 else (parses[0], parses[1])
 
 
 def scored_candidates(question: str, sentence: str, answerable: float = 1.0,
                       model: ShortAnswerModel | None = None,
-                      parsed: tuple[Parsed, Parsed] | None = None) -> list[tuple[Span, float]]:
+                      parsed: ShortAnswerParse | None = None) -> list[tuple[Span, float]]:
     """Each candidate with its probability of being exactly the answer, best first (none for a
     question that asks why or how something happened: its answer is a clause). With ``parsed``
     (``parse_for_short_answer``), the parse's candidates too, scored by the model that reads it."""
@@ -251,16 +284,16 @@ def scored_candidates(question: str, sentence: str, answerable: float = 1.0,
     if not spans:
         return []
     asked = focus(question)
-    model = model or ShortAnswerModel.default(parsed=parsed is not None)
+    model = model or ShortAnswerModel.for_parse(parsed)
     read = reading(parsed[0], parsed[1], asked) if parsed else None
     rows = np.vstack([span_features(s, spans, sentence, asked, answerable, read) for s in spans])
     return sorted(zip(spans, model.probabilities(rows).tolist(), strict=True), key=lambda sp: -sp[1])
 
 
 def short_answer(question: str, sentence: str, answerable: float = 1.0, model: ShortAnswerModel | None = None,
-                 parsed: tuple[Parsed, Parsed] | None = None) -> str | None:
+                 parsed: ShortAnswerParse | None = None) -> str | None:
     """The short answer from ``sentence``, or None when no candidate is likely enough."""
-    model = model or ShortAnswerModel.default(parsed=parsed is not None)
+    model = model or ShortAnswerModel.for_parse(parsed)
     scored = scored_candidates(question, sentence, answerable, model, parsed)
     if scored and scored[0][1] >= model.threshold:
         return scored[0][0].text
