@@ -169,10 +169,11 @@ class Settings(BaseSettings):
     answer_short_answer_parse: Literal["off", "entities", "full"] = Field(
         default="off",
         description="What short answers read of the best sentence beyond its words (spaCy's small English "
-                    "pipeline, the extra rag-service[parse]): 'entities', its named entities (out of fold on "
-                    "XQuAD 27.6% of questions get one at exact match 0.60 instead of 18.0%, for about 5 ms of "
-                    "CPU per answer); 'full', also the question's and the sentence's dependency parse (34.7%, "
-                    "about 12 ms: p95 +17 ms on average on a slow 2-core VM); 'off'. true / false mean full / off.",
+                    "pipeline, the extra rag-service[parse]): 'entities', its named entities (over HTTP on "
+                    "XQuAD 26% of questions get one at exact match 0.61 instead of 19% at 0.63, for about 5 ms "
+                    "of CPU per answer: p95 +12 ms on average on a slow 2-core VM); 'full', also the question's "
+                    "and the sentence's dependency parse (34% at 0.62, about 12 ms of CPU: p95 +17 ms); 'off'. "
+                    "true / false mean full / off.",
     )
     answer_abstain_below: float = Field(
         default=0.08, ge=0, le=1,
