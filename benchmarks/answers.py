@@ -22,7 +22,9 @@ answers) and each of the 1,190 questions is POSTed to /v1/query:
   more, asked of the collection without its whole article (``xquad-minus-articles-g``,
   datasets.xquad_without_article), where the documents hold nothing on its subject;
 - latency over HTTP at concurrency 1 (p50/p95 of each request, goal p95 <= 150 ms), and
-  throughput at concurrency N (default 16; goal >= 50 queries/s): all questions again, N at a time.
+  throughput at concurrency N (default 16; goal >= 50 queries/s): all questions again, N at a time;
+  beside them the machine's calibration before and after (benchmarks.calibration: the raw
+  embedder's chunks/s on 256 windows of 256 tokens).
 
 Ends with one JSON line of every figure. ``--outcomes FILE`` also saves each question's outcome in
 each setting (and whether its first citation is the paragraph); ``--against FILE`` compares this
@@ -45,6 +47,7 @@ import httpx
 import numpy as np
 from scipy.stats import binomtest
 
+from benchmarks.calibration import window_calibration
 from benchmarks.datasets import (
     BENCH_DATA,
     DATA,
@@ -211,6 +214,10 @@ def main() -> None:
     # Closed again once ingested: nothing of ours runs while measured.
     report = ingest_once(args.data_dir, *without, *off_topic, dataset)
     log(f"ingest: {report['documents']} in {report['seconds']:.1f} s")
+    # The machine's speed before and after the timed requests, beside the latencies (machines here
+    # differ by up to 2.5x, and a slow spell shows as a gap between the two).
+    calibration = [window_calibration()]
+    log(f"calibration: raw embedder {calibration[0]} chunks/s")
     figures: dict = {"benchmark": "answers", "dataset": "xquad-en", "questions": len(rows),
                      "date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": {
                          "platform": platform.platform(), "cpus": os.cpu_count(),
@@ -230,6 +237,7 @@ def main() -> None:
         figures["error"] = str(exc)
         log(json.dumps(figures))
         return
+    calibration.append(window_calibration())
 
     errors = [r for r in results if r is None or "error" in r]
     per_question = {"full": _outcomes(rows, results),
@@ -275,13 +283,14 @@ def main() -> None:
                                                     "p95": round(float(np.percentile(latencies_n, 95)), 1)},
         "throughput_qps_c1": round(len(rows) / wall1, 1),
         f"throughput_qps_c{args.concurrency}": round(len(rows) / wall_n, 1),
+        "calibration_chunks_per_s": calibration,
     })
     for key in ("answered_rate", "citation_hit_rate", "short_answer_rate", "exact_match_short_answers_only",
                 "token_f1_short_answers_only", "expected_calibration_error", "abstention_rate_without_paragraph",
                 "abstention_rate_without_article",
                 "exact_match", "token_f1", "semantic_similarity", "seven_metrics", "correctness_vs_reference",
                 "latency_ms_c1",
-                "throughput_qps_c1", f"throughput_qps_c{args.concurrency}"):
+                "throughput_qps_c1", f"throughput_qps_c{args.concurrency}", "calibration_chunks_per_s"):
         log(f"{key:28s} {figures[key]}")
     if args.outcomes:
         args.outcomes.write_text(json.dumps(per_question))

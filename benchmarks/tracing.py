@@ -27,7 +27,6 @@ import json
 import os
 import platform
 import re
-import tempfile
 import time
 from contextlib import ExitStack
 from datetime import UTC, datetime
@@ -37,10 +36,9 @@ import httpx
 import numpy as np
 
 from benchmarks.answers import ask_all
+from benchmarks.calibration import window_calibration
 from benchmarks.datasets import BENCH_DATA, ingest_once, xquad, xquad_rows
-from benchmarks.embedding import make_chunks
 from benchmarks.server import free_port, serve
-from rag_service.providers.embeddings import LocalEmbedder
 from tests.langfuse_fake import SECRET_KEY, fake_langfuse
 
 CONFIGS = ("off", "on", "slow", "down")
@@ -49,17 +47,6 @@ _DROPPED = re.compile(r"^ragsvc_langfuse_traces_dropped_total (\S+)$", re.M)
 
 def log(message: str) -> None:
     print(message, flush=True)
-
-
-def calibration(n: int = 256) -> float:
-    """The raw local embedder's 256-token chunks per second (the machine's speed, this run)."""
-    with tempfile.TemporaryDirectory(prefix="ragsvc-bench-models-") as cache:
-        embedder = LocalEmbedder(backend="onnx", cache_dir=Path(cache))
-        chunks = make_chunks(n)
-        embedder.encode(chunks[:32])
-        started = time.perf_counter()
-        embedder.encode(chunks)
-        return n / (time.perf_counter() - started)
 
 
 def measure(config: str, data_dir: Path, rows: list[dict], round_no: int) -> dict:
@@ -112,7 +99,7 @@ def main() -> None:
     rows = xquad_rows()[: args.limit]
 
     ingest_once(args.data_dir, dataset)
-    chunks_per_s = calibration()
+    chunks_per_s = window_calibration()
     log(f"calibration: raw embedder {chunks_per_s:.1f} chunks/s")
     runs = [measure(config, args.data_dir, rows, r) for r in range(args.rounds) for config in CONFIGS]
     summary = {}

@@ -19,20 +19,9 @@ import time
 import httpx
 import numpy as np
 
+from benchmarks.calibration import window_calibration
 from benchmarks.datasets import BENCH_DATA, ingest_once, scifact
 from benchmarks.server import serve
-
-
-def calibration() -> float:
-    from benchmarks.embedding import make_chunks
-    from rag_service.providers.embeddings import LocalEmbedder
-
-    embedder = LocalEmbedder(cache_dir=BENCH_DATA / "models")
-    chunks = make_chunks(256)
-    embedder.encode(chunks[:8])
-    started = time.perf_counter()
-    embedder.encode(chunks)
-    return round(len(chunks) / (time.perf_counter() - started), 1)
 
 
 def main() -> None:
@@ -43,7 +32,7 @@ def main() -> None:
     dataset = scifact("test")
     ingest_once(data_dir, dataset)
     queries = list(dataset.queries.values())
-    before = calibration()
+    before = window_calibration()
     rows = []
     with serve(data_dir) as base, httpx.Client(base_url=base, timeout=60) as client:
         def post(query: str, top_k: int) -> httpx.Response:
@@ -69,7 +58,7 @@ def main() -> None:
                              "round_trip_p95_ms": pct(trip, 95), "retrieval_p50_ms": pct(server, 50),
                              "retrieval_p95_ms": pct(server, 95), "response_bytes_p50": int(np.median(size))})
                 print(json.dumps(rows[-1]), flush=True)
-    print(json.dumps({"benchmark": "wide_results", "calibration_chunks_per_s": [before, calibration()]}))
+    print(json.dumps({"benchmark": "wide_results", "calibration_chunks_per_s": [before, window_calibration()]}))
 
 
 if __name__ == "__main__":
