@@ -24,8 +24,9 @@ ENV_PREFIX = "RAGSVC_"
 
 # Only plain identifiers: the value is interpolated into DDL (a regconfig name), never user input.
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*$")
-# The spellings pydantic reads as booleans.
-_BOOLEAN = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False}
+# The spellings pydantic reads as booleans (pydantic.types.StrictBool's lax mode), lower-cased.
+_BOOLEAN = {"true": True, "t": True, "1": True, "yes": True, "y": True, "on": True,
+            "false": False, "f": False, "0": False, "no": False, "n": False, "off": False}
 
 
 class Settings(BaseSettings):
@@ -287,10 +288,11 @@ class Settings(BaseSettings):
     @classmethod
     def _parse_depth(cls, value: object) -> object:
         # The setting was a boolean before it had depths: true meant the full parse.
-        if isinstance(value, bool):
+        if isinstance(value, bool | int) and value in (0, 1):
             return "full" if value else "off"
-        if isinstance(value, str) and value.strip().lower() in _BOOLEAN:
-            return "full" if _BOOLEAN[value.strip().lower()] else "off"
+        if isinstance(value, str):
+            spelled = value.strip().lower()
+            return ("full" if _BOOLEAN[spelled] else "off") if spelled in _BOOLEAN else spelled
         return value
 
     @field_validator("rate_limit")

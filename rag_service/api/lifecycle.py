@@ -55,7 +55,7 @@ async def _clean_traces(runtime: Runtime, every_s: float) -> None:
 
 
 async def _load_parser(depth: ParseDepth) -> None:
-    """Load the short-answer parser before the first query needs it (about 2.5 s); a failure is
+    """Load the short-answer parser before the first query needs it (about 3 s on a slow VM); a failure is
     logged here, and the answers then fall back to the model that does not read the parse."""
     try:
         await asyncio.to_thread(default_parser(depth).load)

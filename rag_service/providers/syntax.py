@@ -5,7 +5,7 @@ named-entity recogniser alone, which has its own token encoder in this pipeline)
 holds them (Explosion publishes its model wheels on GitHub, not on PyPI): nothing is downloaded at
 run time. Both are the optional extra ``rag-service[parse]`` (``dev`` includes it).
 
-Loaded once per process: importing spaCy and loading the pipeline take about 2.5 s, which
+Loaded once per process: importing spaCy and loading the pipeline take about 2.5-3 s, which
 ``ragsvc serve`` spends at start-up when the setting is on. One parse of a question and a sentence
 then takes about 12 ms of CPU on these 2-core machines (measured at half their usual speed); the
 entities of one sentence about 5 ms."""
@@ -80,7 +80,7 @@ class SpacyParser:
         with self._lock:
             nlp = self._pipeline()
             try:
-                return [_parsed(doc) for doc in nlp.pipe(list(texts))]
+                return [_parsed(doc, tree=self.depth == "full") for doc in nlp.pipe(list(texts))]
             except Exception as exc:
                 raise ProviderError(f"parsing failed: {type(exc).__name__}: {exc}", stage="generation") from exc
 
@@ -88,8 +88,7 @@ class SpacyParser:
         return await asyncio.get_running_loop().run_in_executor(self._thread, self.parse, list(texts))
 
 
-def _parsed(doc: Any) -> Parsed:  # noqa: ANN401 - spacy.tokens.Doc
-    tree = doc.has_annotation("DEP")
+def _parsed(doc: Any, tree: bool) -> Parsed:  # noqa: ANN401 - spacy.tokens.Doc
     return Parsed(
         text=doc.text,
         words=tuple(Word(start=t.idx, end=t.idx + len(t.text), text=t.text, pos=t.pos_, tag=t.tag_, dep=t.dep_,
@@ -100,6 +99,11 @@ def _parsed(doc: Any) -> Parsed:  # noqa: ANN401 - spacy.tokens.Doc
     )
 
 
-@cache
 def default_parser(depth: ParseDepth = "full") -> SpacyParser:
+    """The process's parser of this depth (one per depth: ``default_parser()`` is the full one)."""
+    return _parser(depth)
+
+
+@cache
+def _parser(depth: ParseDepth) -> SpacyParser:
     return SpacyParser(depth=depth)

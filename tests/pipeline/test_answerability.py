@@ -25,7 +25,7 @@ from rag_service.pipeline.generation.answerability import (
 )
 from rag_service.pipeline.generation.extractive import ABSTAIN_BELOW, ExtractiveGenerator
 from rag_service.pipeline.generation.spans import (
-    ENTITIES_FEATURES,
+    ENTITIES_MODEL_FEATURES,
     PARSED_FEATURES,
     ShortAnswerModel,
     candidates,
@@ -93,7 +93,7 @@ def test_shipped_models_are_trained_and_match_the_code() -> None:
     for model in (default_model(aligned=True), confidence_model(aligned=True)):
         assert model.features == ALIGNED_FEATURES and "XQuAD" in model.trained_on
         assert model.weights[ALIGNED_FEATURES.index("align_mean")] > 0  # a closer match, more likely answered
-    for depth, names in ((None, SPAN_FEATURES), ("entities", ENTITIES_FEATURES), ("full", PARSED_FEATURES)):
+    for depth, names in ((None, SPAN_FEATURES), ("entities", ENTITIES_MODEL_FEATURES), ("full", PARSED_FEATURES)):
         spans = ShortAnswerModel.default(depth)
         assert spans.weights.features == names and 0 < spans.threshold < 1 and "XQuAD" in spans.weights.trained_on
 

@@ -7,14 +7,15 @@ import pytest
 from pydantic import ValidationError
 
 from rag_service.config import Settings
-from rag_service.domain import ParseDepth
+from rag_service.domain import ParseDepth, Word
 from rag_service.errors import ProviderError
 from rag_service.pipeline.generation.extractive import ExtractiveGenerator
 from rag_service.pipeline.generation.span_syntax import entity_kind, reading, syntax_features, wh_role
 from rag_service.pipeline.generation.spans import (
-    ENTITIES_FEATURES,
+    ENTITIES_MODEL_FEATURES,
     PARSED_FEATURES,
     ShortAnswerModel,
+    _without_lead,
     candidates,
     parse_for_short_answer,
     scored_candidates,
@@ -129,14 +130,17 @@ def test_a_clause_question_is_not_parsed() -> None:
     assert parse_for_short_answer("Why is the sky blue?", sentence, default_parser()) is None
 
 
-@pytest.mark.parametrize("depth", ["full", "entities"])
-async def test_the_generator_with_a_parser_finds_what_only_the_parse_can(depth: ParseDepth) -> None:
+@pytest.mark.parametrize("depth, question", [
+    ("full", "Who announced that 1,200 workers would move to Seattle?"),  # the subject of the asked verb
+    ("full", "Who is the CEO of Microsoft?"),
+    ("entities", "Who is the CEO of Microsoft?"),
+])
+async def test_the_generator_with_a_parser_finds_what_only_the_parse_can(depth: ParseDepth, question: str) -> None:
     """With a parser (RAGSVC_ANSWER_SHORT_ANSWER_PARSE) the name inside "Microsoft CEO Satya
     Nadella" can be the short answer; without one it is not a candidate at all."""
     from tests.pipeline.test_generation import candidate
 
     context = [candidate(SENTENCE, "nadella")]
-    question = "Who is the CEO of Microsoft?"
     plain = await ExtractiveGenerator(abstain_below=0.0).generate(question, [], context)
     parser = default_parser(depth)
     parsed = await ExtractiveGenerator(abstain_below=0.0, parser=parser).generate(question, [], context)
@@ -146,11 +150,21 @@ async def test_the_generator_with_a_parser_finds_what_only_the_parse_can(depth: 
         question, [], context).short_answer == "Satya Nadella"  # the synchronous path parses too
 
 
-def test_the_parse_is_off_by_default_and_true_still_means_the_full_parse() -> None:
+@pytest.mark.parametrize("spelled, depth", [
+    ("true", "full"), ("TRUE", "full"), ("1", "full"), ("yes", "full"), ("t", "full"), ("on", "full"),
+    ("false", "off"), ("0", "off"), ("no", "off"), ("off", "off"),
+    ("entities", "entities"), (" Entities ", "entities"), ("FULL", "full"),
+])
+def test_the_setting_read_from_the_environment_and_true_still_means_the_full_parse(
+        monkeypatch: pytest.MonkeyPatch, spelled: str, depth: str) -> None:
+    monkeypatch.setenv("RAGSVC_ANSWER_SHORT_ANSWER_PARSE", spelled)
+    assert Settings().answer_short_answer_parse == depth
+
+
+def test_the_parse_is_off_by_default() -> None:
     assert Settings().answer_short_answer_parse == "off"
-    assert Settings(answer_short_answer_parse="true").answer_short_answer_parse == "full"
-    assert Settings(answer_short_answer_parse=False).answer_short_answer_parse == "off"
-    assert Settings(answer_short_answer_parse="entities").answer_short_answer_parse == "entities"
+    assert Settings(answer_short_answer_parse=True).answer_short_answer_parse == "full"
+    assert Settings(answer_short_answer_parse=0).answer_short_answer_parse == "off"
     with pytest.raises(ValidationError, match="'off', 'entities' or 'full'"):
         Settings(answer_short_answer_parse="deep")
 
@@ -176,22 +190,46 @@ def test_at_the_entities_depth_only_the_sentence_is_parsed_and_only_entity_featu
     spans = candidates(SENTENCE, question, parsed[1])
     nadella = next(s for s in spans if s.text == "Satya Nadella")
     read = reading(*parsed, focus(question))
-    row = dict(zip(ENTITIES_FEATURES, span_features(nadella, spans, SENTENCE, focus(question), 1.0, read),
+    row = dict(zip(ENTITIES_MODEL_FEATURES, span_features(nadella, spans, SENTENCE, focus(question), 1.0, read),
                    strict=True))
     assert row["entity"] == row["entity_match"] == row["syntax_only"] == 1.0 and row["entity_mismatch"] == 0.0
     assert ShortAnswerModel.for_parse(parsed) == ShortAnswerModel.default("entities")
 
 
+def _unlabelled(*texts: str) -> list[Word]:
+    return [Word(start=i, end=i + 1, text=t, pos="", tag="", dep="", head=i) for i, t in enumerate(texts)]
+
+
 def test_without_the_tree_an_entitys_leading_article_goes_by_its_spelling_and_a_currency_sign_stays() -> None:
-    question, sentence = "Who did the Broncos play?", "In the game, the Broncos played against the Carolina Panthers."
-    parsed = parse_for_short_answer(question, sentence, default_parser("entities"))
-    assert parsed is not None
-    texts = [c.text for c in candidates(sentence, question, parsed[1])]
-    assert "Carolina Panthers" in texts and not any(t.lower().startswith("the ") for t in texts)
+    def kept(*texts: str) -> list[str]:
+        return [w.text for w in _without_lead(_unlabelled(*texts), chunk=False)]
+
+    assert kept("the", "Carolina", "Panthers") == ["Carolina", "Panthers"]
+    assert kept("An", "Open", "Letter") == ["Open", "Letter"]
+    assert kept("“", "Hey", "Jude") == ["Hey", "Jude"]
+    assert kept("$", "1.3", "billion") == ["$", "1.3", "billion"]
+    assert kept("") == [""]  # an empty word (a hand-made parse) is neither
+    # Through the recogniser: "$1.3 billion" (MONEY) adds no "1.3 billion" beside the pattern's span.
     question, sentence = "How much did the stadium cost?", "The stadium cost $1.3 billion to build."
     parsed = parse_for_short_answer(question, sentence, default_parser("entities"))
     assert parsed is not None and any(sentence[e.start:e.end] == "$1.3 billion" for e in parsed[1].entities)
-    assert "$1.3 billion" in [c.text for c in candidates(sentence, question, parsed[1])]
+    texts = [c.text for c in candidates(sentence, question, parsed[1])]
+    assert "$1.3 billion" in texts and "1.3 billion" not in texts
+
+
+def test_a_question_parse_without_the_sentences_tree_is_read_as_entities_alone() -> None:
+    """Whatever a parser hands back, the tree's features are read only when both parses have it."""
+    question = "Who announced that the workers would move?"
+    (sentence,) = default_parser("full").parse([SENTENCE])
+    (entities_only,) = default_parser("entities").parse([SENTENCE])
+    (asked,) = default_parser("full").parse([question])
+    for pair in ((None, sentence), (asked, entities_only), (None, entities_only)):
+        assert not reading(*pair, focus(question)).tree
+        assert ShortAnswerModel.for_parse(pair) == ShortAnswerModel.default("entities")
+        assert scored_candidates(question, SENTENCE, parsed=pair)  # scored, no tree needed
+    assert reading(asked, sentence, focus(question)).tree
+    assert ShortAnswerModel.for_parse((asked, sentence)) == ShortAnswerModel.default("full")
+    assert default_parser() is default_parser("full")  # one full parser per process
 
 
 async def test_a_parser_that_fails_leaves_the_short_answer_to_the_plain_model(caplog: pytest.LogCaptureFixture) -> None:

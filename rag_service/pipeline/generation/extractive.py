@@ -178,7 +178,8 @@ class ExtractiveGenerator:
                 and assessment.probability >= parameters.abstain_below)
 
     def _parse(self, question: str, sentence: str) -> ShortAnswerParse | None:
-        """The question and the sentence parsed for the short answer; None for a clause question,
+        """The question and the sentence parsed for the short answer (the sentence alone at the
+        entities depth: parse_for_short_answer); None for a clause question,
         and when the parser fails: then the model that does not read the parse picks it, and the
         parser is not asked again by this generator (a model that did not load will not load)."""
         parser = self._parser
@@ -290,7 +291,8 @@ class ExtractiveGenerator:
                parsed: ShortAnswerParse | None = None) -> GeneratedAnswer:
         """The answer for a selection, judged by ``assessment`` (default: the answerability models'
         reading of its evidence); ``parsed``: the question and the best sentence parsed for the
-        short answer (without it, the model that does not read the parse picks it)."""
+        short answer (the question None at the entities depth; without it, the model that does not
+        read the parse picks it)."""
         if selection is None:
             return GeneratedAnswer(answer=NOTHING_FOUND, citations=[], claims=[], confidence=0.0,
                                    generator="extractive", answered=False)

@@ -9,7 +9,7 @@ question's wh-word); the parse and the entities come from spaCy's small English 
 (providers/syntax.py). On XQuAD, with article-grouped cross-validation and the threshold the
 training picks for exact match >= 0.60, they raise the share of questions given a short answer
 from 18% to 34.7% (docs/benchmarks.md). At the ``entities`` depth (named entities only, no tree)
-only the entity features are read (ENTITY_FEATURES): 27.6%, for 40% of the parse's cost."""
+only the entity features are read (ENTITY_FEATURES): 27.4%, for about 40% of the parse's CPU."""
 
 from __future__ import annotations
 
@@ -82,17 +82,24 @@ class Reading:
     role: str | None                    # the wh-word's role
     asked_verbs: frozenset[str]         # the stems of the question's verbs
     ancestors: tuple[tuple[int, ...], ...]  # each word's heads, nearest first
+    tree: bool = True                   # False: the entity features alone (ENTITY_FEATURES)
 
     @property
     def features(self) -> tuple[str, ...]:
-        return SYNTAX_FEATURES if self.sentence.tree else ENTITY_FEATURES
+        return SYNTAX_FEATURES if self.tree else ENTITY_FEATURES
+
+
+def has_tree(question: Parsed | None, sentence: Parsed) -> bool:
+    """Whether the tree's features can be read: the question's parse is there, and the sentence's
+    has its dependency arcs (neither at the entities depth)."""
+    return question is not None and sentence.tree
 
 
 def reading(question: Parsed | None, sentence: Parsed, asked: Focus) -> Reading:
     """``question``: its parse, which only the tree's features read (None at the entities depth)."""
-    if question is None or not sentence.tree:
+    if question is None or not has_tree(question, sentence):
         return Reading(sentence=sentence, expected=ENTITY_TYPES.get(asked.kind or ""), matched=frozenset(),
-                       role=None, asked_verbs=frozenset(), ancestors=())
+                       role=None, asked_verbs=frozenset(), ancestors=(), tree=False)
     return Reading(
         sentence=sentence,
         expected=ENTITY_TYPES.get(asked.kind or ""),
@@ -122,7 +129,7 @@ def syntax_features(start: int, end: int, text: str, read: Reading, syntax_only:
         "entity_mismatch": float(entity is not None and expected is not None and entity.label not in expected),
         "syntax_only": float(syntax_only),
     }
-    if not sentence.tree:
+    if not read.tree:
         return row
     inside = [i for i, w in enumerate(sentence.words) if start <= w.start < end]
     root = min(inside, key=lambda i: len(read.ancestors[i])) if inside else None

@@ -32,6 +32,7 @@ from rag_service.pipeline.generation.span_syntax import (
     SYNTAX_FEATURES,
     Reading,
     entity_kind,
+    has_tree,
     reading,
     syntax_features,
 )
@@ -44,14 +45,14 @@ FEATURES = ("kind_match", "kind_mismatch", "open_name", "open_number", "open_dat
             "distance", "after_anchor", "before_anchor", "between_anchors", "near", "overlap", "length",
             "first_of_kind", "kind_count", "sentence_share", "answerable", "starts_sentence")
 PARSED_FEATURES = (*FEATURES, *SYNTAX_FEATURES)
-ENTITIES_FEATURES = (*FEATURES, *ENTITY_FEATURES)
+ENTITIES_MODEL_FEATURES = (*FEATURES, *ENTITY_FEATURES)
 MODEL_FILE = "short_answer.json"
 PARSED_MODEL_FILE = "short_answer_parsed.json"
 ENTITIES_MODEL_FILE = "short_answer_entities.json"
 # (model file, its features) for each parse depth; None: without a parse.
 SHORT_ANSWER_MODELS: dict[ParseDepth | None, tuple[str, tuple[str, ...]]] = {
     None: (MODEL_FILE, FEATURES),
-    "entities": (ENTITIES_MODEL_FILE, ENTITIES_FEATURES),
+    "entities": (ENTITIES_MODEL_FILE, ENTITIES_MODEL_FEATURES),
     "full": (PARSED_MODEL_FILE, PARSED_FEATURES),
 }
 # The question's parse (None at the entities depth, where only the sentence's entities are read)
@@ -178,13 +179,13 @@ def _without_lead(words: list[Word], chunk: bool) -> list[Word]:
 
 
 def _article_or_punctuation(word: str) -> bool:
-    return word.lower() in ("the", "a", "an") or unicodedata.category(word[0]).startswith("P")
+    return word.lower() in ("the", "a", "an") or unicodedata.category(word[:1] or " ").startswith("P")
 
 
 def span_features(span: Span, spans: list[Span], sentence: str, asked: Focus, answerable: float,
                   read: Reading | None = None) -> np.ndarray:
     """The candidate's features: FEATURES, or with the parse's ``read`` (span_syntax.reading, once
-    per question and sentence) PARSED_FEATURES (ENTITIES_FEATURES at the entities depth)."""
+    per question and sentence) PARSED_FEATURES (ENTITIES_MODEL_FEATURES at the entities depth)."""
     words = [(m.start(), m.group(0)) for m in re.finditer(r"[\w'-]+", sentence)]
     anchors = [i for i, (_, w) in enumerate(words) if terms(w) and terms(w)[0] in asked.terms]
     inside = [i for i, (at, _) in enumerate(words) if span.start <= at < span.end]
@@ -248,7 +249,7 @@ class ShortAnswerModel:
 
     @classmethod
     def for_parse(cls, parsed: ShortAnswerParse | None) -> ShortAnswerModel:
-        return cls.default(None if parsed is None else "full" if parsed[1].tree else "entities")
+        return cls.default(None if parsed is None else "full" if has_tree(*parsed) else "entities")
 
     def probabilities(self, rows: np.ndarray) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-self.weights.score(rows)))
