@@ -1,0 +1,174 @@
+"""No-LLM `/v1/query` latency of several codes or settings, side by side in one run.
+
+    .venv/bin/python -m benchmarks.side_by_side --server before@020630c --server default \\
+        --server entities,RAGSVC_ANSWER_SHORT_ANSWER_PARSE=entities [--questions 400] [--rounds 2]
+
+Separate benchmark runs minutes apart differ by more than a few milliseconds on these VMs (their
+speed drifts by up to 2.5x), which is the size of the budgets issues set ("p95 rises by no more
+than 10 ms"). Here every server runs at once: ``ragsvc serve`` for each ``--server``, and each
+XQuAD question is POSTed to each server in turn, one request at a time, the first server rotating
+from question to question, so drift and caches hit them all alike. ``--rounds`` passes (default 2);
+the last one is timed.
+
+A server is ``NAME[@REV][,KEY=VALUE...]``: ``@REV`` runs that commit (a git worktree under
+.bench-data/worktrees, imported through PYTHONPATH with this virtualenv), the pairs are its
+environment (RAGSVC_* settings). Each code gets a fresh data dir holding only the 240 XQuAD
+paragraphs, ingested by that code with ``ragsvc ingest`` (.bench-data/side-by-side/REV or ``head``),
+so the codes compare on equal data; servers of the same code share it.
+
+Prints, per server, the round trip's p50 / p95 / mean, the server's own per-step p50 / p95
+(``timings_ms``) and the share of questions given a short answer, the machine's calibration before
+and after (benchmarks.calibration), and one JSON line of every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from benchmarks.calibration import window_calibration
+from benchmarks.datasets import BENCH_DATA, xquad, xquad_rows
+from benchmarks.server import RAGSVC, serve
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKTREES = BENCH_DATA / "worktrees"
+DATA_DIRS = BENCH_DATA / "side-by-side"
+
+
+@dataclass(frozen=True)
+class Server:
+    name: str
+    ref: str | None = None  # a commit to run instead of this code
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def parse_server(spec: str) -> Server:
+    """``NAME[@REV][,KEY=VALUE...]`` as a Server; ValueError saying what is wrong."""
+    head, *pairs = [part.strip() for part in spec.split(",")]
+    name, _, ref = head.partition("@")
+    if not name:
+        raise ValueError(f"{spec!r}: a server needs a name before '@' or ','")
+    if "@" in head and not ref:
+        raise ValueError(f"{spec!r}: '@' must be followed by a commit")
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{spec!r}: {pair!r} is not KEY=VALUE")
+        env[key] = value
+    return Server(name=name, ref=ref or None, env=env)
+
+
+def rotated(items: list, i: int) -> list:
+    """``items`` starting from the ``i``-th (modulo their number): who goes first changes each time."""
+    k = i % len(items) if items else 0
+    return items[k:] + items[:k]
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    return {"p50": round(float(np.percentile(values, 50)), 1), "p95": round(float(np.percentile(values, 95)), 1),
+            "mean": round(float(np.mean(values)), 1)}
+
+
+def _run(args: list[str], env: dict[str, str]) -> None:
+    done = subprocess.run(args, env=env, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(args[:3])} failed ({done.returncode}): {done.stderr[-800:]}")
+
+
+def prepare(server: Server, corpus: Path) -> tuple[Path, dict[str, str]]:
+    """The server's data dir (made and ingested if need be) and its environment."""
+    env = dict(server.env)
+    if server.ref is not None:
+        tree = WORKTREES / server.ref
+        if not tree.exists():
+            _run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), server.ref], dict(os.environ))
+        env["PYTHONPATH"] = str(tree)
+    data_dir = DATA_DIRS / (server.ref or "head")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.chmod(0o777)  # the embedded PostgreSQL runs as its own user when we are root
+    # Unchanged documents are skipped, so a second run only checks.
+    _run([RAGSVC, "ingest", str(corpus), "--collection", "xquad", "--format", "beir"],
+         {**os.environ, **env, "RAGSVC_DATA_DIR": str(data_dir)})
+    return data_dir, env
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--server", action="append", required=True, metavar="NAME[@REV][,KEY=VALUE...]",
+                        help="A server to compare (repeat: two or more).")
+    parser.add_argument("--questions", type=int, default=400, help="The first N XQuAD questions (default 400).")
+    parser.add_argument("--rounds", type=int, default=2, help="Passes over the questions; the last is timed.")
+    args = parser.parse_args()
+    try:
+        servers = [parse_server(spec) for spec in args.server]
+    except ValueError as exc:
+        parser.error(str(exc))
+    if len(servers) < 2 or len({s.name for s in servers}) != len(servers):
+        parser.error("give two or more servers, each with its own name")
+    if args.questions < 20 or args.rounds < 1:
+        parser.error("--questions must be at least 20 (a p95 needs them) and --rounds at least 1")
+
+    dataset = xquad()  # writes the paragraphs as a BEIR corpus under .bench-data
+    rows = xquad_rows()[: args.questions]
+    prepared = {s.name: prepare(s, dataset.corpus) for s in servers}
+    calibration = [window_calibration()]
+    walls: dict[str, list[float]] = {s.name: [] for s in servers}
+    steps: dict[str, dict[str, list[float]]] = {s.name: {} for s in servers}
+    shorts = dict.fromkeys(walls, 0)
+    with ExitStack() as stack:
+        clients = {}
+        for name, (data_dir, env) in prepared.items():
+            base = stack.enter_context(serve(data_dir, **env))
+            clients[name] = stack.enter_context(httpx.Client(base_url=base, timeout=60))
+        for client in clients.values():
+            client.post("/v1/query", json={"question": "warm up", "collection": "xquad"}).raise_for_status()
+        for round_ in range(args.rounds):
+            timed = round_ == args.rounds - 1
+            for i, row in enumerate(rows):
+                for name, client in rotated(list(clients.items()), i):
+                    started = time.perf_counter()
+                    response = client.post("/v1/query", json={"question": row["question"], "collection": "xquad"})
+                    elapsed = (time.perf_counter() - started) * 1000
+                    response.raise_for_status()
+                    if timed:
+                        body = response.json()
+                        walls[name].append(elapsed)
+                        shorts[name] += body.get("short_answer") is not None
+                        for step, ms in (body.get("timings_ms") or {}).items():
+                            steps[name].setdefault(step, []).append(ms)
+    calibration.append(window_calibration())
+
+    figures = {"benchmark": "side_by_side", "questions": len(rows), "rounds": args.rounds,
+               "calibration_chunks_per_s": calibration, "servers": {}}
+    print(f"calibration (raw embedder, chunks/s) before / after: {calibration}")
+    for server in servers:
+        wall = percentiles(walls[server.name])
+        # Steps most requests ran: a clarification runs no retrieval or generation, and only a
+        # multi-part question a second retrieval.
+        by_step = {step: percentiles(ms) for step, ms in steps[server.name].items() if len(ms) >= len(rows) / 2}
+        short_rate = round(shorts[server.name] / len(rows), 4)
+        figures["servers"][server.name] = {"ref": server.ref, "env": server.env, "round_trip_ms": wall,
+                                           "steps_ms": by_step, "short_answer_rate": short_rate}
+        print(f"{server.name:24s} p50 {wall['p50']:6.1f}  p95 {wall['p95']:6.1f}  mean {wall['mean']:6.1f} ms  "
+              f"short answers {short_rate:.3f}")
+        print("    " + "  ".join(f"{step} {p['p50']}/{p['p95']}" for step, p in by_step.items()))
+    figures.update({"date": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                                "python": platform.python_version()}})
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
