@@ -11,9 +11,9 @@ from question to question, so drift and caches hit them all alike. ``--rounds`` 
 the last one is timed.
 
 A server is ``NAME[@REV][,KEY=VALUE...]``: ``@REV`` runs that commit (a git worktree under
-.bench-data/worktrees, imported through PYTHONPATH with this virtualenv), the pairs are its
+.bench-data/worktrees/COMMIT, imported through PYTHONPATH with this virtualenv), the pairs are its
 environment (RAGSVC_* settings). Each code gets a fresh data dir holding only the 240 XQuAD
-paragraphs, ingested by that code with ``ragsvc ingest`` (.bench-data/side-by-side/REV or ``head``),
+paragraphs, ingested by that code with ``ragsvc ingest`` (.bench-data/side-by-side/COMMIT or ``head``),
 so the codes compare on equal data; servers of the same code share it.
 
 Prints, per server, the round trip's p50 / p95 / mean, the server's own per-step p50 / p95
@@ -87,15 +87,26 @@ def _run(args: list[str], env: dict[str, str]) -> None:
         raise SystemExit(f"{' '.join(args[:3])} failed ({done.returncode}): {done.stderr[-800:]}")
 
 
+def commit_of(ref: str) -> str:
+    """The commit ``ref`` names now ("HEAD~3" moves; its hash does not); SystemExit if none."""
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{ref!r} names no commit of {ROOT}")
+    return done.stdout.strip()
+
+
 def prepare(server: Server, corpus: Path) -> tuple[Path, dict[str, str]]:
-    """The server's data dir (made and ingested if need be) and its environment."""
+    """The server's data dir (made and ingested if need be) and its environment. Worktrees and
+    data dirs are named by commit hash, so a moving name never reuses another commit's."""
     env = dict(server.env)
-    if server.ref is not None:
-        tree = WORKTREES / server.ref
+    commit = commit_of(server.ref) if server.ref is not None else None
+    if commit is not None:
+        tree = WORKTREES / commit
         if not tree.exists():
-            _run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), server.ref], dict(os.environ))
+            _run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), commit], dict(os.environ))
         env["PYTHONPATH"] = str(tree)
-    data_dir = DATA_DIRS / (server.ref or "head")
+    data_dir = DATA_DIRS / (commit or "head")
     data_dir.mkdir(parents=True, exist_ok=True)
     data_dir.chmod(0o777)  # the embedded PostgreSQL runs as its own user when we are root
     # Unchanged documents are skipped, so a second run only checks.
