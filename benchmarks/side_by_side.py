@@ -6,19 +6,20 @@
 Separate benchmark runs minutes apart differ by more than a few milliseconds on these VMs (their
 speed drifts by up to 2.5x), which is the size of the budgets issues set ("p95 rises by no more
 than 10 ms"). Here every server runs at once: ``ragsvc serve`` for each ``--server``, and each
-XQuAD question is POSTed to each server in turn, one request at a time, the first server rotating
-from question to question, so drift and caches hit them all alike. ``--rounds`` passes (default 2);
-the last one is timed.
+XQuAD question is POSTed to each server in turn, one request at a time, in an order drawn afresh
+for each question, so drift falls on them all alike and no server always follows the same one.
+``--rounds`` passes (default 2); the last one is timed.
 
 A server is ``NAME[@REV][,KEY=VALUE...]``: ``@REV`` runs that commit (a git worktree under
 .bench-data/worktrees/COMMIT, imported through PYTHONPATH with this virtualenv), the pairs are its
-environment (RAGSVC_* settings). Each code gets a fresh data dir holding only the 240 XQuAD
+environment (RAGSVC_* settings; a value cannot hold a comma). Each code gets a fresh data dir holding only the 240 XQuAD
 paragraphs, ingested by that code with ``ragsvc ingest`` (.bench-data/side-by-side/COMMIT or ``head``),
 so the codes compare on equal data; servers of the same code share it.
 
 Prints, per server, the round trip's p50 / p95 / mean, the server's own per-step p50 / p95
-(``timings_ms``) and the share of questions given a short answer, the machine's calibration before
-and after (benchmarks.calibration), and one JSON line of every figure.
+(``timings_ms``), the time each request spent outside the pipeline's total, and the share of
+questions given a short answer; the machine's calibration before and after
+(benchmarks.calibration); and one JSON line of every figure.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import subprocess
 import time
 from contextlib import ExitStack
@@ -40,6 +42,7 @@ import numpy as np
 from benchmarks.calibration import window_calibration
 from benchmarks.datasets import BENCH_DATA, xquad, xquad_rows
 from benchmarks.server import RAGSVC, serve
+from rag_service.config import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKTREES = BENCH_DATA / "worktrees"
@@ -64,16 +67,24 @@ def parse_server(spec: str) -> Server:
     env = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
+        key, value = key.strip(), value.strip()
         if not sep or not key:
             raise ValueError(f"{spec!r}: {pair!r} is not KEY=VALUE")
+        if not key.startswith("RAGSVC_") or key == "RAGSVC_DATA_DIR":
+            raise ValueError(f"{spec!r}: {key} is not a setting a server may take (RAGSVC_*, not the data dir)")
+        # A misspelt setting would be ignored, and the server would run the defaults under its name;
+        # another commit may have settings this code does not know, so only this code's are checked.
+        if not ref and key.removeprefix("RAGSVC_").lower() not in Settings.model_fields:
+            raise ValueError(f"{spec!r}: {key} is no setting of this code")
         env[key] = value
     return Server(name=name, ref=ref or None, env=env)
 
 
-def rotated(items: list, i: int) -> list:
-    """``items`` starting from the ``i``-th (modulo their number): who goes first changes each time."""
-    k = i % len(items) if items else 0
-    return items[k:] + items[:k]
+def order(items: list, i: int, seed: int = 0) -> list:
+    """``items`` in the order question ``i`` is asked of them: a permutation drawn afresh for each
+    question (seeded), so each server goes first, and follows each other one, about equally often;
+    whatever one request leaves behind (writes, collections, caches) falls on any of the others."""
+    return random.Random(seed * 1_000_003 + i).sample(items, len(items))
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -81,10 +92,11 @@ def percentiles(values: list[float]) -> dict[str, float]:
             "mean": round(float(np.mean(values)), 1)}
 
 
-def _run(args: list[str], env: dict[str, str]) -> None:
+def _run(args: list[str], env: dict[str, str]) -> str:
     done = subprocess.run(args, env=env, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
-        raise SystemExit(f"{' '.join(args[:3])} failed ({done.returncode}): {done.stderr[-800:]}")
+        raise SystemExit(f"{' '.join(args)} failed ({done.returncode}): {done.stderr[-800:]}")
+    return done.stdout.strip()
 
 
 def commit_of(ref: str) -> str:
@@ -98,17 +110,26 @@ def commit_of(ref: str) -> str:
 
 def prepare(server: Server, corpus: Path) -> tuple[Path, dict[str, str]]:
     """The server's data dir (made and ingested if need be) and its environment. Worktrees and
-    data dirs are named by commit hash, so a moving name never reuses another commit's."""
+    data dirs are named by commit hash, so a moving name never reuses another commit's; this
+    code's data dir by its HEAD, with "-dirty" when it has uncommitted changes."""
     env = dict(server.env)
-    commit = commit_of(server.ref) if server.ref is not None else None
-    if commit is not None:
+    if server.ref is not None:
+        commit = commit_of(server.ref)
         tree = WORKTREES / commit
         if not tree.exists():
             _run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), commit], dict(os.environ))
-        env["PYTHONPATH"] = str(tree)
-    data_dir = DATA_DIRS / (commit or "head")
+        if (_run(["git", "-C", str(tree), "rev-parse", "HEAD"], dict(os.environ)) != commit
+                or _run(["git", "-C", str(tree), "status", "--porcelain"], dict(os.environ))):
+            raise SystemExit(f"{tree} is not a clean checkout of {commit}: remove it (git worktree remove --force)")
+        name = commit
+    else:
+        tree = ROOT
+        dirty = bool(_run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], dict(os.environ)))
+        name = commit_of("HEAD") + ("-dirty" if dirty else "")
+    # The code imported is the tree's, whatever the caller's PYTHONPATH says.
+    env["PYTHONPATH"] = str(tree)
+    data_dir = DATA_DIRS / name
     data_dir.mkdir(parents=True, exist_ok=True)
-    data_dir.chmod(0o777)  # the embedded PostgreSQL runs as its own user when we are root
     # Unchanged documents are skipped, so a second run only checks.
     _run([RAGSVC, "ingest", str(corpus), "--collection", "xquad", "--format", "beir"],
          {**os.environ, **env, "RAGSVC_DATA_DIR": str(data_dir)})
@@ -138,6 +159,7 @@ def main() -> None:
     walls: dict[str, list[float]] = {s.name: [] for s in servers}
     steps: dict[str, dict[str, list[float]]] = {s.name: {} for s in servers}
     shorts = dict.fromkeys(walls, 0)
+    outside: dict[str, list[float]] = {s.name: [] for s in servers}
     with ExitStack() as stack:
         clients = {}
         for name, (data_dir, env) in prepared.items():
@@ -148,7 +170,7 @@ def main() -> None:
         for round_ in range(args.rounds):
             timed = round_ == args.rounds - 1
             for i, row in enumerate(rows):
-                for name, client in rotated(list(clients.items()), i):
+                for name, client in order(list(clients.items()), i, seed=round_):
                     started = time.perf_counter()
                     response = client.post("/v1/query", json={"question": row["question"], "collection": "xquad"})
                     elapsed = (time.perf_counter() - started) * 1000
@@ -159,6 +181,10 @@ def main() -> None:
                         shorts[name] += body.get("short_answer") is not None
                         for step, ms in (body.get("timings_ms") or {}).items():
                             steps[name].setdefault(step, []).append(ms)
+                        if "total" in (body.get("timings_ms") or {}):
+                            # What the request spends outside the pipeline: HTTP, middleware,
+                            # what is stored or logged after the answer.
+                            outside[name].append(elapsed - body["timings_ms"]["total"])
     calibration.append(window_calibration())
 
     figures = {"benchmark": "side_by_side", "questions": len(rows), "rounds": args.rounds,
@@ -170,11 +196,14 @@ def main() -> None:
         # multi-part question a second retrieval.
         by_step = {step: percentiles(ms) for step, ms in steps[server.name].items() if len(ms) >= len(rows) / 2}
         short_rate = round(shorts[server.name] / len(rows), 4)
+        beyond = percentiles(outside[server.name]) if outside[server.name] else None
         figures["servers"][server.name] = {"ref": server.ref, "env": server.env, "round_trip_ms": wall,
-                                           "steps_ms": by_step, "short_answer_rate": short_rate}
+                                           "steps_ms": by_step, "outside_pipeline_ms": beyond,
+                                           "short_answer_rate": short_rate}
         print(f"{server.name:24s} p50 {wall['p50']:6.1f}  p95 {wall['p95']:6.1f}  mean {wall['mean']:6.1f} ms  "
               f"short answers {short_rate:.3f}")
-        print("    " + "  ".join(f"{step} {p['p50']}/{p['p95']}" for step, p in by_step.items()))
+        print("    " + "  ".join(f"{step} {p['p50']}/{p['p95']}" for step, p in by_step.items())
+              + (f"  outside the pipeline {beyond['p50']}/{beyond['p95']}" if beyond else ""))
     figures.update({"date": datetime.now(UTC).isoformat(timespec="seconds"),
                     "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                                 "python": platform.python_version()}})
