@@ -165,16 +165,16 @@ class Settings(BaseSettings):
         description="When the answerability model is near the abstention threshold, it also reads how closely "
                     "the best passage matches the question token by token (an int8 copy of the local encoder, "
                     "one call; on XQuAD 5% of answerable questions need it, abstention without the paragraph "
-                    "0.685 -> 0.723, for about 2-3 ms of p95); ignored with a remote embedder.",
+                    "0.685 -> 0.723, for about 2 ms of p95 in one side-by-side run); ignored with a remote embedder.",
     )
     answer_short_answer_parse: Literal["off", "entities", "full"] = Field(
         default="off",
         description="What short answers read of the best sentence beyond its words (spaCy's small English "
                     "pipeline, the extra rag-service[parse]): 'entities', its named entities (over HTTP on "
                     "XQuAD 26% of questions get one at exact match 0.61 instead of 19% at 0.63, for about 5 ms "
-                    "of CPU per answer: p95 +12 ms on average on a slow 2-core VM); 'full', also the question's "
-                    "and the sentence's dependency parse (34% at 0.62, about 12 ms of CPU: p95 +17 ms); 'off'. "
-                    "true / false mean full / off.",
+                    "of CPU per answer: p95 5-13 ms above the default side by side on a slow 2-core VM); "
+                    "'full', also the question's and the sentence's dependency parse (34% at 0.62, about 12 ms "
+                    "of CPU: p95 15-28 ms above); 'off'. true / false mean full / off.",
     )
     answer_abstain_below: float = Field(
         default=0.08, ge=0, le=1,
