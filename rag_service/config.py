@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, TypeAdapter, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rag_service.domain.evaluation import METRICS
@@ -24,9 +24,7 @@ ENV_PREFIX = "RAGSVC_"
 
 # Only plain identifiers: the value is interpolated into DDL (a regconfig name), never user input.
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*$")
-# The spellings pydantic reads as booleans (pydantic.types.StrictBool's lax mode), lower-cased.
-_BOOLEAN = {"true": True, "t": True, "1": True, "yes": True, "y": True, "on": True,
-            "false": False, "f": False, "0": False, "no": False, "n": False, "off": False}
+_BOOL = TypeAdapter(bool)
 
 
 class Settings(BaseSettings):
@@ -287,13 +285,12 @@ class Settings(BaseSettings):
     @field_validator("answer_short_answer_parse", mode="before")
     @classmethod
     def _parse_depth(cls, value: object) -> object:
-        # The setting was a boolean before it had depths: true meant the full parse.
-        if isinstance(value, bool | int) and value in (0, 1):
-            return "full" if value else "off"
-        if isinstance(value, str):
-            spelled = value.strip().lower()
-            return ("full" if _BOOLEAN[spelled] else "off") if spelled in _BOOLEAN else spelled
-        return value
+        # The setting was a boolean before it had depths: true meant the full parse. Whatever
+        # pydantic reads as a boolean still means that.
+        try:
+            return "full" if _BOOL.validate_python(value) else "off"
+        except ValidationError:
+            return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("rate_limit")
     @classmethod

@@ -22,16 +22,14 @@ from rag_service.pipeline.generation.alignment import alignment, passage
 from rag_service.pipeline.generation.answerability import Assessment, Evidence, assess, undecided
 from rag_service.pipeline.generation.spans import (
     ShortAnswerParse,
-    as_pair,
     parse_for_short_answer,
+    parse_for_short_answer_async,
     short_answer,
-    texts_to_parse,
 )
 from rag_service.pipeline.generation.tokens import TokenSink
 from rag_service.providers.embeddings import TokenEncoder
 from rag_service.providers.syntax import SyntaxParser
 from rag_service.text.citations import verify_claims
-from rag_service.text.questions import wants_clause
 from rag_service.text.sentences import Sentence, split_sentences
 from rag_service.text.terms import terms
 
@@ -195,10 +193,10 @@ class ExtractiveGenerator:
         """``_parse`` on the parser's own thread (about 12 ms of CPU on these 2 cores for the full
         parse, 5 ms for the entities)."""
         parser = self._parser
-        if parser is None or wants_clause(question):
+        if parser is None:
             return None
         try:
-            return as_pair(await parser.parse_async(texts_to_parse(question, sentence, parser.depth)))
+            return await parse_for_short_answer_async(question, sentence, parser)
         except ProviderError as exc:
             self._parser_failed(exc)
             return None

@@ -264,6 +264,14 @@ def parse_for_short_answer(question: str, sentence: str, parser: SyntaxParser) -
     return as_pair(parser.parse(texts_to_parse(question, sentence, parser.depth)))
 
 
+async def parse_for_short_answer_async(question: str, sentence: str,
+                                       parser: SyntaxParser) -> ShortAnswerParse | None:
+    """``parse_for_short_answer`` on the parser's own thread."""
+    if wants_clause(question):
+        return None
+    return as_pair(await parser.parse_async(texts_to_parse(question, sentence, parser.depth)))
+
+
 def texts_to_parse(question: str, sentence: str, depth: ParseDepth) -> list[str]:
     return [sentence] if depth == "entities" else [question, sentence]
 
