@@ -37,10 +37,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
-import numpy as np
 
 from benchmarks.calibration import window_calibration
 from benchmarks.datasets import BENCH_DATA, xquad, xquad_rows
+from benchmarks.ir import latency
 from benchmarks.server import RAGSVC, serve
 from rag_service.config import Settings
 
@@ -85,11 +85,6 @@ def order(items: list, i: int, seed: int = 0) -> list:
     question (seeded), so each server goes first, and follows each other one, about equally often;
     whatever one request leaves behind (writes, collections, caches) falls on any of the others."""
     return random.Random(seed * 1_000_003 + i).sample(items, len(items))
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    return {"p50": round(float(np.percentile(values, 50)), 1), "p95": round(float(np.percentile(values, 95)), 1),
-            "mean": round(float(np.mean(values)), 1)}
 
 
 def _run(args: list[str], env: dict[str, str]) -> str:
@@ -191,19 +186,19 @@ def main() -> None:
                "calibration_chunks_per_s": calibration, "servers": {}}
     print(f"calibration (raw embedder, chunks/s) before / after: {calibration}")
     for server in servers:
-        wall = percentiles(walls[server.name])
+        wall = latency(walls[server.name])
         # Steps most requests ran: a clarification runs no retrieval or generation, and only a
         # multi-part question a second retrieval.
-        by_step = {step: percentiles(ms) for step, ms in steps[server.name].items() if len(ms) >= len(rows) / 2}
+        by_step = {step: latency(ms) for step, ms in steps[server.name].items() if len(ms) >= len(rows) / 2}
         short_rate = round(shorts[server.name] / len(rows), 4)
-        beyond = percentiles(outside[server.name]) if outside[server.name] else None
+        beyond = latency(outside[server.name]) if outside[server.name] else None
         figures["servers"][server.name] = {"ref": server.ref, "env": server.env, "round_trip_ms": wall,
                                            "steps_ms": by_step, "outside_pipeline_ms": beyond,
                                            "short_answer_rate": short_rate}
-        print(f"{server.name:24s} p50 {wall['p50']:6.1f}  p95 {wall['p95']:6.1f}  mean {wall['mean']:6.1f} ms  "
-              f"short answers {short_rate:.3f}")
-        print("    " + "  ".join(f"{step} {p['p50']}/{p['p95']}" for step, p in by_step.items())
-              + (f"  outside the pipeline {beyond['p50']}/{beyond['p95']}" if beyond else ""))
+        print(f"{server.name:24s} p50 {wall['p50_ms']:6.1f}  p95 {wall['p95_ms']:6.1f}  "
+              f"mean {wall['mean_ms']:6.1f} ms  short answers {short_rate:.3f}")
+        print("    " + "  ".join(f"{step} {p['p50_ms']}/{p['p95_ms']}" for step, p in by_step.items())
+              + (f"  outside the pipeline {beyond['p50_ms']}/{beyond['p95_ms']}" if beyond else ""))
     figures.update({"date": datetime.now(UTC).isoformat(timespec="seconds"),
                     "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                                 "python": platform.python_version()}})

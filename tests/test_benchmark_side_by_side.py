@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import side_by_side
-from benchmarks.side_by_side import Server, commit_of, order, parse_server, percentiles
+from benchmarks.ir import latency
+from benchmarks.side_by_side import Server, commit_of, order, parse_server
 
 
 def test_a_server_spec_names_a_code_and_its_settings() -> None:
@@ -67,6 +68,6 @@ def test_a_server_imports_its_own_tree_whatever_the_callers_pythonpath(monkeypat
     assert any(a[3:5] == ["worktree", "add"] for a in runs)
 
 
-def test_percentiles_are_numpys() -> None:
+def test_the_latency_summary_is_numpys_percentiles() -> None:
     values = [float(v) for v in range(1, 101)]
-    assert percentiles(values) == {"p50": 50.5, "p95": 95.0, "mean": 50.5}
+    assert latency(values) == {"p50_ms": 50.5, "p95_ms": 95.05, "mean_ms": 50.5}
