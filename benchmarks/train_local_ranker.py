@@ -21,7 +21,7 @@ from sklearn.linear_model import LogisticRegression
 
 from benchmarks.datasets import BENCH_DATA, ensure_ingested, open_runtime, run_async, scifact
 from rag_service.domain import RetrievalRequest, SearchFilter
-from rag_service.providers.rerankers import FEATURES, LinearModel, ranker_features
+from rag_service.providers.rerankers import FEATURES, LinearModel, candidate_cosines, ranker_features
 
 OUTPUT = Path(__file__).resolve().parents[1] / "rag_service" / "providers" / "data" / "local_ranker.json"
 
@@ -40,9 +40,7 @@ async def collect(data_dir: Path) -> tuple[np.ndarray, np.ndarray, int]:
                 query=query, filter=SearchFilter(collection=dataset.collection), adaptive=False,
             ))
             candidates = fused[:top_n]
-            stored = await runtime.store.embeddings_by_id([c.hit.chunk_id for c in candidates])
-            cosines = np.array([stored[c.hit.chunk_id] @ embedding for c in candidates])
-            rows.append(ranker_features(candidates, cosines))
+            rows.append(ranker_features(candidates, await candidate_cosines(runtime.store, candidates, embedding)))
             labels.extend(1 if c.hit.source_uri in dataset.qrels[qid] else 0 for c in candidates)
         return np.vstack(rows), np.array(labels), len(dataset.queries)
     finally:

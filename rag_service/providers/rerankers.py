@@ -32,10 +32,13 @@ class Reranker(Protocol):
         ...
 
 
-class StoredEmbeddings(Protocol):
-    """The one thing the local reranker reads: stored chunk vectors by id (any VectorStore has it)."""
+class StoredSimilarities(Protocol):
+    """The one thing the local reranker reads: stored chunks' cosine similarity to the query, by
+    id (any VectorStore has it)."""
 
-    async def embeddings_by_id(self, chunk_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, np.ndarray]: ...
+    async def similarities_by_id(
+        self, chunk_ids: Sequence[uuid.UUID], embedding: Sequence[float]
+    ) -> dict[uuid.UUID, float]: ...
 
 
 class CohereReranker:
@@ -144,12 +147,13 @@ class LinearModel:
 class LocalReranker:
     """A learned linear ranker over retrieval scores, shipped as a few numbers in the package
     (trained by ``benchmarks/train_local_ranker.py`` on SciFact's train split only). It needs no
-    model download: the one extra input is each candidate's stored embedding, read in one query."""
+    model download: the one extra input is each candidate's cosine similarity to the query, computed
+    by the store in one query."""
 
     name = "local"
     needs_query_embedding = True
 
-    def __init__(self, store: StoredEmbeddings, model: LinearModel | None = None) -> None:
+    def __init__(self, store: StoredSimilarities, model: LinearModel | None = None) -> None:
         self._store = store
         self._model = model or LinearModel.load()
 
@@ -159,10 +163,13 @@ class LocalReranker:
             return []
         if query_embedding is None:
             raise ProviderError("the local reranker needs the query embedding", stage="reranker")
-        stored = await self._store.embeddings_by_id([c.hit.chunk_id for c in candidates])
-        vectors = np.zeros((len(candidates), len(query_embedding)), dtype=np.float32)
-        for i, candidate in enumerate(candidates):
-            if candidate.hit.chunk_id in stored:
-                vectors[i] = stored[candidate.hit.chunk_id]
-        cosines = vectors @ np.asarray(query_embedding, dtype=np.float32)
-        return self._model.score(ranker_features(candidates, cosines)).tolist()
+        return self._model.score(ranker_features(candidates, await candidate_cosines(
+            self._store, candidates, query_embedding))).tolist()
+
+
+async def candidate_cosines(store: StoredSimilarities, candidates: Sequence[Candidate],
+                            query_embedding: np.ndarray) -> np.ndarray:
+    """Each candidate's cosine similarity to the query, in candidate order (0 for a chunk without
+    an embedding): the local ranker's dense feature, for the ranker and its trainer alike."""
+    stored = await store.similarities_by_id([c.hit.chunk_id for c in candidates], query_embedding)
+    return np.array([stored.get(c.hit.chunk_id, 0.0) for c in candidates], dtype=np.float64)

@@ -52,8 +52,11 @@ class VectorStore(Protocol):
         """Stored chunks (parents included) by id, with embeddings when asked; unknown ids are absent."""
         ...
 
-    async def embeddings_by_id(self, chunk_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, np.ndarray]:
-        """Stored embeddings by chunk id; chunks without one (parents, unknown ids) are absent."""
+    async def similarities_by_id(
+        self, chunk_ids: Sequence[uuid.UUID], embedding: Sequence[float]
+    ) -> dict[uuid.UUID, float]:
+        """Each chunk's cosine similarity to ``embedding`` (as ``vector_search`` scores it), by
+        chunk id; chunks without an embedding (parents, unknown ids) are absent."""
         ...
 
 

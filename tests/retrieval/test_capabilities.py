@@ -47,8 +47,9 @@ class MemoryStore:
                            ) -> dict[uuid.UUID, tuple[SearchHit, np.ndarray | None]]:
         return {i: (self._hit(self.chunks[i], 0.0), None) for i in chunk_ids if i in self.chunks}
 
-    async def embeddings_by_id(self, chunk_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, np.ndarray]:
-        return {i: np.asarray(self.chunks[i].embedding, dtype=np.float32) for i in chunk_ids
+    async def similarities_by_id(self, chunk_ids: Sequence[uuid.UUID],
+                                 embedding: Sequence[float]) -> dict[uuid.UUID, float]:
+        return {i: float(np.dot(self.chunks[i].embedding, embedding)) for i in chunk_ids
                 if i in self.chunks and self.chunks[i].embedding is not None}
 
     def _hit(self, chunk: ChunkRecord, score: float) -> SearchHit:

@@ -90,8 +90,8 @@ class _Vectors:
     def __init__(self, vectors: dict[uuid.UUID, np.ndarray]) -> None:
         self.vectors = vectors
 
-    async def embeddings_by_id(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, np.ndarray]:
-        return {i: self.vectors[i] for i in ids if i in self.vectors}
+    async def similarities_by_id(self, ids: Sequence[uuid.UUID], embedding: Sequence[float]) -> dict[uuid.UUID, float]:
+        return {i: float(self.vectors[i] @ np.asarray(embedding)) for i in ids if i in self.vectors}
 
 
 async def test_local_reranker_orders_by_the_model() -> None:

@@ -129,11 +129,15 @@ class VectorStoreContract(CorpusFixtures):
         assert hit.end_char - hit.start_char == len(hit.text)
         assert hit.metadata["page"] == hit.ordinal + 1
 
-    async def test_embeddings_and_chunks_by_id(self, store: VectorStore, corpus, embed) -> None:
-        hit = (await store.vector_search(embed("yeast and flour"), ALL, 1))[0]
-        vectors = await store.embeddings_by_id([hit.chunk_id, uuid.uuid4()])
-        assert list(vectors) == [hit.chunk_id]
-        assert float(vectors[hit.chunk_id] @ np.asarray(embed("yeast and flour"))) == pytest.approx(hit.score, abs=1e-5)
+    async def test_similarities_and_chunks_by_id(self, store: VectorStore, corpus, embed) -> None:
+        hits = await store.vector_search(embed("yeast and flour"), ALL, 5)
+        similarities = await store.similarities_by_id([h.chunk_id for h in hits] + [uuid.uuid4()],
+                                                      embed("yeast and flour"))
+        # Unknown ids are absent; the others get vector_search's own score for the same query.
+        assert similarities == {h.chunk_id: h.score for h in hits}
+        other = await store.similarities_by_id([hits[0].chunk_id], embed("database error"))
+        assert other[hits[0].chunk_id] < hits[0].score
+        hit = hits[0]
         chunks = await store.chunks_by_id([hit.chunk_id])
         assert chunks[hit.chunk_id][0].text == hit.text and chunks[hit.chunk_id][1] is None
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import uuid
 from collections.abc import Hashable, Sequence
 
 from sqlalchemy import CTE, Float, bindparam, cast, column, func, literal, select, text
@@ -133,62 +132,24 @@ class PgKeywordSearch(PgStoreBase):
             return None
         searcher = entry.index.searcher()  # one view of the index for every round
         depth = first_depth(top_k)
-        exact: dict[uuid.UUID, tuple[float, uuid.UUID]] = {}  # candidates that pass the filters: score, document
-        rescored: set[uuid.UUID] = set()
         while True:
             found = await asyncio.to_thread(index.candidates, searcher, terms, depth)
-            fresh = [chunk_id for chunk_id in found.chunk_ids if chunk_id not in rescored]
-            rescored.update(fresh)
-            if fresh:
-                exact.update(await self._exact_scores(found, fresh, collection_id, n, avgdl, k1, b, flt))
-            best = sorted(exact.items(), key=lambda item: (-item[1][0], item[0]))[:top_k]
+            # The candidates' exact top k, their rows read in the same statement. A later round
+            # (rare: the first proves the top k for every SciFact test query) rescores them all.
+            best = (await self._top(_exact_scores(found, collection_id, n, avgdl, k1, b), flt, top_k, config, None)
+                    if found.chunk_ids else [])
             # A chunk outside the candidates scores at most tantivy's last candidate score (its
             # length is rounded down), loosened by how far tantivy's statistics differ from these.
             # Fewer candidates than asked for: every chunk holding a query term was one.
             every = len(found.chunk_ids) < depth
-            if every or (len(best) == top_k and best[-1][1][0] > found.scores[-1] * _slack(found, n, avgdl)):
+            if every or (len(best) == top_k and best[-1].score > found.scores[-1] * _slack(found, n, avgdl)):
                 index.answered += 1
                 index.proven += not every
-                return await self._top(_known(best), flt, top_k, config, None) if best else []
+                return best
             if depth >= MAX_DEPTH:
                 index.fell_back += 1
                 return None
             depth = min(depth * 4, MAX_DEPTH)
-
-    async def _exact_scores(self, found: Candidates, chunk_ids: list[uuid.UUID], collection_id: int, n: float,
-                            avgdl: float, k1: float, b: float,
-                            flt: SearchFilter) -> dict[uuid.UUID, tuple[float, uuid.UUID]]:
-        """The candidates' BM25, exactly as ``_bm25_scores`` computes it (the same N and average
-        length; document frequencies from the index), for those that pass the filters."""
-        # One primary-key probe per (term, candidate): LIMIT 1 keeps each a probe (a plain join
-        # lets the planner read the terms' whole posting lists and filter them).
-        sql = f"""
-            WITH q AS (
-                SELECT * FROM unnest(CAST(:terms AS text[]), CAST(:dfs AS float8[])) AS q(term, df)
-            )
-            SELECT p.chunk_id, p.document_id,
-                   sum({_bm25_term(n=":n", df="q.df", avgdl=":avgdl")}) AS score
-            FROM q CROSS JOIN unnest(CAST(:ids AS uuid[])) AS c(chunk_id)
-            CROSS JOIN LATERAL (
-                SELECT p.chunk_id, p.document_id, p.tf, p.chunk_length FROM keyword_postings p
-                WHERE p.collection_id = :collection_id AND p.term = q.term AND p.chunk_id = c.chunk_id LIMIT 1
-            ) p
-            GROUP BY p.chunk_id, p.document_id
-        """
-        terms = list(found.doc_freqs)
-        stmt = text(sql).bindparams(
-            bindparam("terms", terms), bindparam("dfs", [float(found.doc_freqs[t]) for t in terms]),
-            bindparam("n", n, type_=Float), bindparam("avgdl", avgdl, type_=Float),
-            bindparam("k1", float(k1), type_=Float), bindparam("b", float(b), type_=Float),
-            bindparam("collection_id", collection_id), bindparam("ids", chunk_ids))
-        uuid_type = PG_UUID(as_uuid=True)
-        scored = stmt.columns(column("chunk_id", uuid_type), column("document_id", uuid_type),
-                              column("score", Float)).cte("exact")
-        passing = (select(scored.c.chunk_id, scored.c.score, scored.c.document_id)
-                   .select_from(scored.join(Document, Document.id == scored.c.document_id))
-                   .where(*build_filter(flt, scope_chunks=False)))
-        async with self._db.connect() as conn:
-            return {chunk_id: (score, document_id) for chunk_id, score, document_id in await conn.execute(passing)}
 
     @staticmethod
     def _bm25_scores(query: str, config: str, collection: str | None, k1: float, b: float) -> CTE:
@@ -236,14 +197,32 @@ def first_depth(top_k: int) -> int:
     return min(max(top_k + top_k // 2, top_k + 10), MAX_DEPTH)
 
 
-def _known(best: list[tuple[uuid.UUID, tuple[float, uuid.UUID]]]) -> CTE:
-    """Scores already computed, as the CTE (chunk_id, document_id, score) ``_top`` reads."""
+def _exact_scores(found: Candidates, collection_id: int, n: float, avgdl: float, k1: float, b: float) -> CTE:
+    """The candidates' BM25 as the CTE (chunk_id, document_id, score) ``_top`` reads, exactly as
+    ``_bm25_scores`` computes it (the same N and average length; document frequencies from the
+    index)."""
+    # One primary-key probe per (term, candidate): LIMIT 1 keeps each a probe (a plain join lets
+    # the planner read the terms' whole posting lists and filter them).
+    sql = f"""
+        WITH q AS (
+            SELECT * FROM unnest(CAST(:terms AS text[]), CAST(:dfs AS float8[])) AS q(term, df)
+        )
+        SELECT p.chunk_id, p.document_id,
+               sum({_bm25_term(n=":n", df="q.df", avgdl=":avgdl")}) AS score
+        FROM q CROSS JOIN unnest(CAST(:ids AS uuid[])) AS c(chunk_id)
+        CROSS JOIN LATERAL (
+            SELECT p.chunk_id, p.document_id, p.tf, p.chunk_length FROM keyword_postings p
+            WHERE p.collection_id = :collection_id AND p.term = q.term AND p.chunk_id = c.chunk_id LIMIT 1
+        ) p
+        GROUP BY p.chunk_id, p.document_id
+    """
+    terms = list(found.doc_freqs)
+    stmt = text(sql).bindparams(
+        bindparam("terms", terms), bindparam("dfs", [float(found.doc_freqs[t]) for t in terms]),
+        bindparam("n", n, type_=Float), bindparam("avgdl", avgdl, type_=Float),
+        bindparam("k1", float(k1), type_=Float), bindparam("b", float(b), type_=Float),
+        bindparam("collection_id", collection_id), bindparam("ids", list(found.chunk_ids)))
     uuid_type = PG_UUID(as_uuid=True)
-    stmt = text("SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:documents AS uuid[]), CAST(:scores AS float8[])) "
-                "AS k(chunk_id, document_id, score)").bindparams(
-        bindparam("ids", [chunk_id for chunk_id, _ in best]),
-        bindparam("documents", [document_id for _, (_, document_id) in best]),
-        bindparam("scores", [score for _, (score, _) in best]))
     return stmt.columns(column("chunk_id", uuid_type), column("document_id", uuid_type),
                         column("score", Float)).cte("bm25")
 

@@ -285,14 +285,19 @@ class PgSearches(PgStoreBase):
             for hit, row in zip(hits, rows, strict=True)
         }
 
-    async def embeddings_by_id(self, chunk_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, np.ndarray]:
-        """Stored embeddings by chunk id (chunks without one are absent), read in binary: a
-        reranker asks for a couple of hundred per query, and text parsing would dominate."""
+    async def similarities_by_id(
+        self, chunk_ids: Sequence[uuid.UUID], embedding: Sequence[float]
+    ) -> dict[uuid.UUID, float]:
+        """Cosine similarities computed where the vectors are: the local reranker asks for a couple
+        of hundred per query, and sending one number per chunk instead of its vector halves the
+        call (200 candidates at 1,000,000 chunks: 2.8 ms against 5.8 ms at p50; docs/benchmarks.md).
+        The expression is ``vector_search``'s score, so a semantic hit gets the same number."""
         if not chunk_ids:
             return {}
         async with self._db.connect() as conn:
             raw = await self._raw_with_vector(conn)
             async with raw.cursor(binary=True) as cur:
-                await cur.execute("SELECT id, embedding FROM chunks WHERE id = ANY(%s) AND embedding IS NOT NULL",
-                                  (list(chunk_ids),))
-                return {row[0]: row[1].to_numpy() for row in await cur.fetchall()}
+                await cur.execute("SELECT id, 1 - (embedding <=> %s) FROM chunks "
+                                  "WHERE id = ANY(%s) AND embedding IS NOT NULL",
+                                  (np.asarray(embedding, dtype=np.float32), list(chunk_ids)))
+                return dict(await cur.fetchall())
