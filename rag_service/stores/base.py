@@ -79,7 +79,9 @@ class KeywordSearch(Protocol):
 @runtime_checkable
 class KeywordQueryKeys(Protocol):
     """What decides a BM25 query's results besides the filter and k: two texts with equal keys
-    get the same ``keyword_search`` results (the retriever then runs only one of them)."""
+    ask for the same words (the retriever then runs only one of them). Equal words give equal
+    results; a store may also treat spellings its tokenizer already equates as equal (a word
+    with and without its hyphen), at the cost of the small difference in scores that remains."""
 
     async def keyword_query_keys(self, texts: Sequence[str]) -> list[Hashable]:
         """One key per text, in order."""

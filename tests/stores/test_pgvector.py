@@ -38,6 +38,15 @@ class TestPgVectorStore(VectorStoreContract, KeywordSearchContract, MetadataSear
         for protocol in (VectorStore, KeywordSearch, MetadataSearch, PatternSearch):
             assert isinstance(store, protocol), protocol.__name__
 
+    async def test_keyword_query_keys_equate_what_bm25_reads_alike(self, store: PgVectorStore) -> None:
+        """Stopwords, word order and a hyphen inside a word (PostgreSQL indexes the parts too) do
+        not change the key; another word, an exclusion or a quoted phrase does."""
+        texts = ["What is a sex-determining gene?", "sex determining gene", "gene determining sex",
+                 "sex gene", "sex determining gene -mouse", 'sex "determining gene"', "sex-determining-gene"]
+        keys = await store.keyword_query_keys(texts)
+        assert keys[0] == keys[1] == keys[2] == keys[6]
+        assert len({keys[0], keys[3], keys[4], keys[5]}) == 4
+
     # --- pgvector only: upsert_document / upsert_chunks, and the catalog over the same tables ---
 
     async def test_counts_after_upsert(self, catalog: DocumentCatalog, corpus) -> None:

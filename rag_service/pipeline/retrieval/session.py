@@ -4,7 +4,8 @@ keyword search when the semantic leg fails.
 
 A later pass does not search again for what an earlier one already has: a rewritten query whose
 BM25 terms are the question's own (two in three of the rule-based rewrites on SciFact: the
-dropped words are stopwords to PostgreSQL too) reuses the question's keyword results."""
+dropped words are stopwords to PostgreSQL too; and rewrites that only split hyphenated words, whose
+parts PostgreSQL already reads) reuses the question's keyword results."""
 
 from __future__ import annotations
 
