@@ -80,8 +80,8 @@ class KeywordSearch(Protocol):
 class KeywordQueryKeys(Protocol):
     """What decides a BM25 query's results besides the filter and k: two texts with equal keys
     ask for the same words (the retriever then runs only one of them). Equal words give equal
-    results; a store may also treat spellings its tokenizer already equates as equal (a word
-    with and without its hyphen), at the cost of the small difference in scores that remains."""
+    results. A store may also leave out of the key what adds only weight to words already in it
+    (a hyphenated compound whose parts its tokenizer indexes too), and say so."""
 
     async def keyword_query_keys(self, texts: Sequence[str]) -> list[Hashable]:
         """One key per text, in order."""

@@ -371,3 +371,19 @@ async def test_a_rewrite_with_the_same_terms_reuses_the_keyword_results(store, l
     assert "same_results_as" not in again.detail and again.hits == keyword.hits
     assert [(c.hit.chunk_id, c.fused_score) for c in reusing.candidates] == \
         [(c.hit.chunk_id, c.fused_score) for c in searching.candidates]
+
+
+async def test_a_rewrite_that_only_splits_hyphens_reuses_the_keyword_results(store, local_embedder, corpus) -> None:
+    """"dough-kneading yeast-rise" has one rule-based rewrite, its hyphens split. PostgreSQL
+    already reads a hyphenated word's parts, so the rewrite reuses the question's keyword list
+    (while the semantic leg, whose input did change, searches it)."""
+    config = RetrievalConfig(min_confidence=1.0, max_iterations=2, time_budget_ms=20_000)
+    question = "dough-kneading yeast-rise"
+    result = await Retriever(store, local_embedder, strategies_for(store), None, config).retrieve(
+        RetrievalRequest(query=question, filter=SearchFilter(collection=COLLECTION)))
+    assert result.iterations[0].confidence < 1.0
+    rewrite = result.iterations[1]
+    assert rewrite.action == "rewrite" and rewrite.queries == ["dough kneading yeast rise"]
+    reports = {r.strategy: r for r in rewrite.strategies}
+    assert reports["keyword"].detail == {"same_results_as": question} and reports["keyword"].hits > 0
+    assert "same_results_as" not in reports["semantic"].detail and reports["semantic"].elapsed_ms > 0

@@ -39,13 +39,16 @@ class TestPgVectorStore(VectorStoreContract, KeywordSearchContract, MetadataSear
             assert isinstance(store, protocol), protocol.__name__
 
     async def test_keyword_query_keys_equate_what_bm25_reads_alike(self, store: PgVectorStore) -> None:
-        """Stopwords, word order and a hyphen inside a word (PostgreSQL indexes the parts too) do
-        not change the key; another word, an exclusion or a quoted phrase does."""
+        """Stopwords, word order and the hyphens of a hyphenated word (PostgreSQL indexes its parts
+        too) do not change the key; another word, an exclusion, a quoted phrase, or a hyphen the
+        parser reads otherwise (a signed number, a host name) does."""
         texts = ["What is a sex-determining gene?", "sex determining gene", "gene determining sex",
-                 "sex gene", "sex determining gene -mouse", 'sex "determining gene"', "sex-determining-gene"]
+                 "sex gene", "sex determining gene -mouse", 'sex "determining gene"', "sex-determining-gene",
+                 "2-3 genes", "2 3 genes", "foo-bar.com", "foo bar.com"]
         keys = await store.keyword_query_keys(texts)
         assert keys[0] == keys[1] == keys[2] == keys[6]
         assert len({keys[0], keys[3], keys[4], keys[5]}) == 4
+        assert keys[7] != keys[8] and keys[9] != keys[10]
 
     # --- pgvector only: upsert_document / upsert_chunks, and the catalog over the same tables ---
 

@@ -99,9 +99,9 @@ class SearchSession:
 
     async def _same_results(self, strategies: Sequence[RetrievalStrategy], queries: Sequence[str],
                             flt: SearchFilter, depth: int) -> dict[tuple[str, str], str]:
-        """(strategy, query) -> an earlier query of this session whose results it would repeat, for
-        strategies that can tell (``query_keys``); one round trip per such strategy, and only once
-        something was searched before."""
+        """(strategy, query) -> an earlier query of this session that asks for the same words, whose
+        results it reuses, for strategies that can tell (``query_keys``); one round trip per such
+        strategy, and only once something was searched before."""
         scope = flt.model_dump_json()
         same: dict[tuple[str, str], str] = {}
         for strategy in strategies:

@@ -113,7 +113,8 @@ class KeywordStrategy:
         return await store.text_search(query.text, query.filter, query.top_k)
 
     async def query_keys(self, texts: Sequence[str]) -> list[Hashable] | None:
-        """Keys under which two texts get the same results (BM25 on a store that can tell), else None."""
+        """Keys under which two texts ask for the same words (BM25 on a store that can tell; see
+        ``KeywordQueryKeys``), else None."""
         if self._scoring != "bm25" or not isinstance(self._store, KeywordQueryKeys):
             return None
         return await self._store.keyword_query_keys(texts)

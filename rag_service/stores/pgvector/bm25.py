@@ -39,12 +39,11 @@ _STATS = ("greatest(sum(chunk_count), 1)::float8 AS n, "
 
 
 def _lexemes(text_sql: str) -> str:
-    """The distinct lexemes BM25 scores for a text: one expression for the scoring, the index's
-    terms and ``keyword_query_keys``."""
+    """The distinct lexemes BM25 scores for a text: one expression for the scoring and the
+    index's terms."""
     return f"SELECT DISTINCT lexeme FROM unnest(to_tsvector(CAST(:config AS regconfig), {text_sql}))"
 
 
-_HYPHEN_AS_SPACE = "regexp_replace({}, '(?<=\\w)-(?=\\w)', ' ', 'g')"
 MAX_DEPTH = 4096  # candidates asked of tantivy before the SQL scoring takes over
 _FLOAT32 = 1e-4   # tantivy scores in float32: its bound is loosened by this much (relative)
 
@@ -73,18 +72,20 @@ class PgKeywordSearch(PgStoreBase):
                                restriction)
 
     async def keyword_query_keys(self, texts: Sequence[str]) -> list[Hashable]:
-        """Each text's distinct lexemes (what BM25 scores) and its phrase/exclusion restriction,
-        in one round trip, read with a hyphen inside a word as a space. PostgreSQL's parser gives
-        a hyphenated word's parts as lexemes of their own beside the whole ("sex-determining":
-        sex-determin, sex, determin), so a rewrite that only splits hyphens asks for the same
-        words, less the compound's own weight. Searching it again cost 25-40 ms of the adaptive
-        loop at 1,000,000 chunks and changed one SciFact test query's nDCG@10 of 300 (13 such
-        rewrites; docs/benchmarks.md, "Scale")."""
+        """Each text's distinct lexemes (what BM25 scores) but for hyphenated compounds, and its
+        phrase/exclusion restriction, in one round trip. PostgreSQL's parser gives a hyphenated
+        word's parts as lexemes of their own beside the whole ("sex-determining": sex-determin,
+        sex, determin), so without the whole a rewrite that only splits the hyphens has the
+        question's key: it asks for the same words, less the compound's own weight. Searching it
+        again cost 25-40 ms of the adaptive loop at 1,000,000 chunks and changed one SciFact test
+        query's nDCG@10 of 300 (docs/benchmarks.md, "Scale"). Tokens that are not hyphenated words
+        to the parser ("2-3", "foo-bar.com") keep their lexemes, so their split spellings differ."""
         cleaned = [t.replace("\x00", "") for t in texts]
         config = (await self.schema()).text_search_config
         async with self._db.connect() as conn:
             rows = (await conn.execute(text(
-                f"SELECT array({_lexemes(_HYPHEN_AS_SPACE.format('x.t'))} ORDER BY 1) "
+                "SELECT array(SELECT DISTINCT lexeme FROM ts_debug(CAST(:config AS regconfig), x.t) d, "
+                "unnest(d.lexemes) lexeme WHERE d.alias NOT IN ('asciihword', 'hword', 'numhword') ORDER BY 1) "
                 "FROM unnest(CAST(:texts AS text[])) WITH ORDINALITY AS x(t, i) ORDER BY x.i"),
                 {"config": config, "texts": cleaned})).all()
         return [(tuple(r[0]), web_search_restriction(t)) for r, t in zip(rows, cleaned, strict=True)]
@@ -197,7 +198,8 @@ class PgKeywordSearch(PgStoreBase):
 def first_depth(top_k: int) -> int:
     """Candidates asked of tantivy in the first round: half as many again as wanted (ten more at
     least). tantivy's scores are the exact ones but for rounding, so the bound nearly always proves
-    the top k from these; the next round only adds what it needs. At 1,000,000 chunks, top 100
+    the top k from these; a next round asks for four times as many and rescores them all. At
+    1,000,000 chunks, top 100
     from 150 candidates took 16 ms at p50 against 30 ms from 400 (all 300 SciFact test queries
     proven either way; docs/benchmarks.md, "Scale")."""
     return min(max(top_k + top_k // 2, top_k + 10), MAX_DEPTH)

@@ -105,6 +105,16 @@ def to_hits(rows: Sequence[Any]) -> list[SearchHit]:
     ]
 
 
+def _query_vector(embedding: Sequence[float], dim: int) -> np.ndarray:
+    """The query embedding as the store compares it, refused when no cosine can be taken."""
+    if len(embedding) != dim:
+        raise InvalidInputError(f"query embedding has {len(embedding)} dimensions; the store holds {dim}")
+    vector = np.asarray(embedding, dtype=np.float32)
+    if not np.isfinite(vector).all() or not np.any(vector):
+        raise InvalidInputError("query embedding must be finite and not all zeros (cosine is undefined)")
+    return vector
+
+
 class PgSearches(PgStoreBase):
     """Vector, full-text, metadata and pattern search, and reads of stored chunks by id."""
 
@@ -113,11 +123,7 @@ class PgSearches(PgStoreBase):
         """The nearest-neighbour statement (public so its plan can be inspected with EXPLAIN);
         ``half``: ordered as the half-precision index walks."""
         check_top_k(top_k)
-        if len(embedding) != dim:
-            raise InvalidInputError(f"query embedding has {len(embedding)} dimensions; the store holds {dim}")
-        vector = np.asarray(embedding, dtype=np.float32)
-        if not np.isfinite(vector).all() or not np.any(vector):
-            raise InvalidInputError("query embedding must be finite and not all zeros (cosine is undefined)")
+        vector = _query_vector(embedding, dim)
         distance = Chunk.embedding.cosine_distance(vector)
         # The score is the full-precision cosine either way; with the half-precision index only
         # the order (the walk through the graph) is in half precision.
@@ -294,10 +300,11 @@ class PgSearches(PgStoreBase):
         The expression is ``vector_search``'s score, so a semantic hit gets the same number."""
         if not chunk_ids:
             return {}
+        vector = _query_vector(embedding, (await self.schema()).embedding_dimension)
         async with self._db.connect() as conn:
             raw = await self._raw_with_vector(conn)
             async with raw.cursor(binary=True) as cur:
                 await cur.execute("SELECT id, 1 - (embedding <=> %s) FROM chunks "
-                                  "WHERE id = ANY(%s) AND embedding IS NOT NULL",
-                                  (np.asarray(embedding, dtype=np.float32), list(chunk_ids)))
-                return dict(await cur.fetchall())
+                                  "WHERE id = ANY(%s) AND embedding IS NOT NULL", (vector, list(chunk_ids)))
+                # A stored vector of zeros has no cosine (pgvector gives NaN): absent, like no vector.
+                return {chunk_id: cosine for chunk_id, cosine in await cur.fetchall() if not math.isnan(cosine)}
