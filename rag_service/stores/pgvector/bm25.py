@@ -199,9 +199,8 @@ def first_depth(top_k: int) -> int:
     """Candidates asked of tantivy in the first round: half as many again as wanted (ten more at
     least). tantivy's scores are the exact ones but for rounding, so the bound nearly always proves
     the top k from these; a next round asks for four times as many and rescores them all. At
-    1,000,000 chunks, top 100
-    from 150 candidates took 16 ms at p50 against 30 ms from 400 (all 300 SciFact test queries
-    proven either way; docs/benchmarks.md, "Scale")."""
+    1,000,000 chunks, top 100 from 150 candidates took 16 ms at p50 against 30 ms from 400 (all
+    300 SciFact test queries proven either way; docs/benchmarks.md, "Scale")."""
     return min(max(top_k + top_k // 2, top_k + 10), MAX_DEPTH)
 
 
