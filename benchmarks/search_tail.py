@@ -6,9 +6,10 @@
     .venv/bin/python -m benchmarks.search_tail [--data-dir .bench-data/scale-1000000] [--passes 2]
 
 Per pass: p50 / p95 / p99 / slowest, how many searches the adaptive loop took a second time,
-nDCG@10 of SciFact's documents. Then the slowest searches of the last pass, each with its
-iterations and every strategy's time in them (the first pass starts on a cold cache). Ends with
-one JSON line of the figures.
+nDCG@10 of SciFact's documents. The raw embedder's chunks/s (``benchmarks.calibration``) is
+measured before and after the passes, since these machines differ by up to 2.5x in speed. Then the
+slowest searches of the last pass, each with its iterations and every strategy's time in them (the
+first pass starts on a cold cache). Ends with one JSON line of the figures.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.calibration import window_calibration
 from benchmarks.datasets import BENCH_DATA, open_runtime, scifact
 from benchmarks.ir import quality, ranking
 from benchmarks.scale import COLLECTION
@@ -76,7 +78,10 @@ def main() -> None:
     if not (args.data_dir / "pg").exists():
         parser.error(f"{args.data_dir} holds no database: build it with benchmarks.scale first")
     dataset = scifact("test")
+    before = window_calibration()
     passes = asyncio.run(timed_searches(args.data_dir, dataset.queries, args.passes))
+    calibration = [before, window_calibration()]
+    print(f"calibration: {calibration[0]} chunks/s before, {calibration[1]} after")
     figures = [summary(rows, dataset.qrels) for rows in passes]
     for number, figure in enumerate(figures, start=1):
         print(f"pass {number}: {json.dumps(figure)}")
@@ -86,7 +91,7 @@ def main() -> None:
                           for it in row["iterations"])
         print(f"{row['ms']:8.1f} ms  rerank {row['rerank_ms'] or 0:.1f} ms  {steps}")
     print(json.dumps({"benchmark": "search_tail", "date": datetime.now(UTC).isoformat(timespec="seconds"),
-                      "data_dir": str(args.data_dir), "passes": figures}))
+                      "data_dir": str(args.data_dir), "passes": figures, "calibration_chunks_per_s": calibration}))
 
 
 if __name__ == "__main__":
