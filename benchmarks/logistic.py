@@ -21,4 +21,4 @@ def fit(x: np.ndarray, y: np.ndarray, features: tuple[str, ...] = FEATURES) -> L
 
 
 def probabilities(model: LinearModel, x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-model.score(impute(x, model))))
+    return model.probabilities(impute(x, model))

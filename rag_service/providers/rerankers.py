@@ -138,6 +138,10 @@ class LinearModel:
     def score(self, features: np.ndarray) -> np.ndarray:
         return ((features - self.mean) / self.scale) @ self.weights + self.bias
 
+    def probabilities(self, features: np.ndarray) -> np.ndarray:
+        """The logistic of ``score``: for the models trained as logistic regressions."""
+        return 1.0 / (1.0 + np.exp(-self.score(features)))
+
     def dump(self) -> dict[str, object]:
         return {"features": list(self.features), "mean": self.mean.tolist(), "scale": self.scale.tolist(),
                 "weights": self.weights.tolist(), "bias": self.bias, "trained_on": self.trained_on,

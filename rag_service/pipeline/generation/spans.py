@@ -252,7 +252,7 @@ class ShortAnswerModel:
         return cls.default(None if parsed is None else "full" if has_tree(*parsed) else "entities")
 
     def probabilities(self, rows: np.ndarray) -> np.ndarray:
-        return 1.0 / (1.0 + np.exp(-self.weights.score(rows)))
+        return self.weights.probabilities(rows)
 
 
 def parse_for_short_answer(question: str, sentence: str, parser: SyntaxParser) -> ShortAnswerParse | None:

@@ -19,7 +19,7 @@ import asyncio
 import math
 from collections.abc import Hashable, Sequence
 
-from sqlalchemy import CTE, Float, bindparam, cast, column, func, literal, select, text
+from sqlalchemy import CTE, Float, TextClause, bindparam, cast, column, func, literal, select, text
 from sqlalchemy.dialects.postgresql import REGCONFIG
 from sqlalchemy.dialects.postgresql import TEXT as PG_TEXT
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
@@ -189,10 +189,7 @@ class PgKeywordSearch(PgStoreBase):
         ]
         if collection is not None:
             params.append(bindparam("collection", collection, type_=PG_TEXT))
-        stmt = text(sql).bindparams(*params)
-        uuid_type = PG_UUID(as_uuid=True)
-        return stmt.columns(column("chunk_id", uuid_type), column("document_id", uuid_type),
-                            column("score", Float)).cte("bm25")
+        return _scored(text(sql).bindparams(*params))
 
 
 def first_depth(top_k: int) -> int:
@@ -229,6 +226,11 @@ def _exact_scores(found: Candidates, collection_id: int, n: float, avgdl: float,
         bindparam("n", n, type_=Float), bindparam("avgdl", avgdl, type_=Float),
         bindparam("k1", float(k1), type_=Float), bindparam("b", float(b), type_=Float),
         bindparam("collection_id", collection_id), bindparam("ids", list(found.chunk_ids)))
+    return _scored(stmt)
+
+
+def _scored(stmt: TextClause) -> CTE:
+    """A scoring statement as the CTE (chunk_id, document_id, score) that ``_top`` reads."""
     uuid_type = PG_UUID(as_uuid=True)
     return stmt.columns(column("chunk_id", uuid_type), column("document_id", uuid_type),
                         column("score", Float)).cte("bm25")
