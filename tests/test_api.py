@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 
 from fastapi.testclient import TestClient
@@ -25,6 +26,19 @@ def test_ready_on_a_migrated_database(migrated_url: str) -> None:
         response = _wait_ready(client)
         assert response.status_code == 200, response.text
         assert response.json() == {"ready": True, "checks": {"database": "ok", "embedder": "ok"}}
+
+
+def test_start_up_objects_are_frozen_while_serving(migrated_url: str) -> None:
+    # gc.freeze after the models load keeps full collections from walking start-up's objects;
+    # shutting down gives them back, so a process that serves again starts clean.
+    assert gc.get_freeze_count() == 0
+    with TestClient(create_app(load_settings(database_url=migrated_url))) as client:
+        assert _wait_ready(client).status_code == 200
+        deadline = time.monotonic() + 30
+        while gc.get_freeze_count() == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert gc.get_freeze_count() > 10_000
+    assert gc.get_freeze_count() == 0
 
 
 def test_not_ready_says_why(databases) -> None:
