@@ -61,6 +61,10 @@ class PatternSearchContract(CorpusFixtures):
         # Counted under the caller's filter: what it may not read does not count.
         hidden = await store.pattern_search("E-4012", SearchFilter(principals=()), 10, max_matches=1)
         assert len(hidden) == 1 and corpus[hidden[0].document_id].key == "pg"
+        # Bounded or not, a pattern found nowhere finds nothing, and a regex ranks the same.
+        assert await store.pattern_search("no-such-pattern", ALL, 5, max_matches=1) == []
+        regex = await store.pattern_search("e[a-z]", ALL, 5, mode="regex")
+        assert regex and await store.pattern_search("e[a-z]", ALL, 5, mode="regex", max_matches=1000) == regex
 
     async def test_pattern_search_scores_by_occurrences(self, store: PatternStore, corpus) -> None:
         hits = await store.pattern_search("e", ALL, 50)
