@@ -69,8 +69,8 @@ async def _start_up(runtime: Runtime, parse: ParseDepth) -> None:
 
     After start-up a serving process holds about 250,000 objects that live as long as it does
     (modules, the app, the models' Python side), and every full collection of CPython's walks them
-    all. Serving SciFact's queries from a 1,000,000-chunk collection, one came about every sixty
-    searches and added 120-170 ms to the one it landed in (slow VM, 2026-11-27). ``gc.freeze``
+    all. Serving SciFact's queries from a 1,000,000-chunk collection, one came about every hundred
+    searches and added 146-169 ms to the one it landed in (slow VM, 2026-11-27). ``gc.freeze``
     moves them to the permanent generation: full collections then took 2-5 ms. The collection
     before it frees start-up's garbage rather than keep it for good."""
     loads = [runtime.warm_up_embedder()]
