@@ -72,7 +72,12 @@ async def _start_up(runtime: Runtime, parse: ParseDepth) -> None:
     all. Serving SciFact's queries from a 1,000,000-chunk collection, one came about every hundred
     searches and added 146-169 ms to the one it landed in (slow VM, 2026-11-27). ``gc.freeze``
     moves them to the permanent generation: full collections then took 2-5 ms. The collection
-    before it frees start-up's garbage rather than keep it for good."""
+    before it frees start-up's garbage rather than keep it for good.
+
+    /readyz turns ready when the embedder has loaded, a moment before this runs, so a request may
+    arrive during it: it then waits for the one collection (about 150 ms), and its own objects are
+    frozen with the rest until shutdown. That happens once per process and was accepted rather
+    than hold readiness back for the parser's load too."""
     loads = [runtime.warm_up_embedder()]
     if parse != "off":
         loads.append(_load_parser(parse))
@@ -84,11 +89,11 @@ async def _start_up(runtime: Runtime, parse: ParseDepth) -> None:
 @asynccontextmanager
 async def serving(settings: Settings) -> AsyncIterator[Services]:
     runtime = await asyncio.to_thread(Runtime.open, settings)
-    # The models load in the background: /healthz answers at once, /readyz says "loading".
-    background = [asyncio.create_task(_start_up(runtime, settings.answer_short_answer_parse))]
     queue = make_queue(runtime.db.url)
     await queue.open_async()
-    background.append(asyncio.create_task(_clean_traces(runtime, TRACE_CLEANUP_EVERY_S)))
+    # The models load in the background: /healthz answers at once, /readyz says "loading".
+    background = [asyncio.create_task(_start_up(runtime, settings.answer_short_answer_parse)),
+                  asyncio.create_task(_clean_traces(runtime, TRACE_CLEANUP_EVERY_S))]
     if settings.experiment_check_s > 0:
         background.append(asyncio.create_task(_guard_experiments(runtime, settings.experiment_check_s)))
     if settings.runs_serve_worker:

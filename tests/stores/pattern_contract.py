@@ -63,8 +63,11 @@ class PatternSearchContract(CorpusFixtures):
         assert len(hidden) == 1 and corpus[hidden[0].document_id].key == "pg"
         # Bounded or not, a pattern found nowhere finds nothing, and a regex ranks the same.
         assert await store.pattern_search("no-such-pattern", ALL, 5, max_matches=1) == []
-        regex = await store.pattern_search("e[a-z]", ALL, 5, mode="regex")
-        assert regex and await store.pattern_search("e[a-z]", ALL, 5, mode="regex", max_matches=1000) == regex
+        regex = await store.pattern_search("e[a-z]", ALL, 1000, mode="regex")
+        assert 2 < len(regex) < 1000
+        assert await store.pattern_search("e[a-z]", ALL, 5, mode="regex", max_matches=len(regex)) == regex[:5]
+        with pytest.raises(PatternTooCommonError, match=f"more than {len(regex) - 1} chunks"):
+            await store.pattern_search("e[a-z]", ALL, 5, mode="regex", max_matches=len(regex) - 1)
 
     async def test_pattern_search_scores_by_occurrences(self, store: PatternStore, corpus) -> None:
         hits = await store.pattern_search("e", ALL, 50)

@@ -255,17 +255,19 @@ class PgSearches(PgStoreBase):
                                                .limit(top_k))).all()
                 else:
                     # The scan stops at max_matches + 1 matches, and they are scored only when the
-                    # pattern is not too common: one row of NULLs and the count otherwise. (Scoring
-                    # them regardless, the too common "IL-6" at 1,000,000 chunks spent 16 of its
-                    # 35 ms counting occurrences in 1,001 matches it then dropped.)
+                    # pattern is not too common; otherwise, and when nothing matched, the statement
+                    # gives one row: the count beside NULLs. (Scoring them regardless, the too
+                    # common "IL-6" at 1,000,000 chunks spent 16 of its 35 ms counting occurrences in
+                    # 1,001 matches it then dropped.)
                     found = (select(Chunk.id).select_from(Chunk).join(Document, Document.id == Chunk.document_id)
                              .where(*conditions).limit(max_matches + 1).cte("found"))
                     counted = select(func.count().label("matched")).select_from(found).cte("counted")
                     scored = (base_select(score)
                               .where(Chunk.id.in_(select(found.c.id)), counted.c.matched <= max_matches)
                               .order_by(*order).limit(top_k).lateral("scored"))
-                    rows = (await conn.execute(select(counted.c.matched, scored)
-                                               .select_from(counted.outerjoin(scored, true())))).all()
+                    rows = (await conn.execute(
+                        select(counted.c.matched, scored).select_from(counted.outerjoin(scored, true()))
+                        .order_by(scored.c.score.desc(), scored.c.document_id, scored.c.ordinal))).all()
                     if rows[0].matched > max_matches:
                         raise PatternTooCommonError(
                             f"pattern {pattern!r} is in more than {max_matches} chunks; make it more specific "
