@@ -61,7 +61,8 @@ class PatternSearchContract(CorpusFixtures):
         # Counted under the caller's filter: what it may not read does not count.
         hidden = await store.pattern_search("E-4012", SearchFilter(principals=()), 10, max_matches=1)
         assert len(hidden) == 1 and corpus[hidden[0].document_id].key == "pg"
-        # Bounded or not, a pattern found nowhere finds nothing, and a regex ranks the same.
+        # A bounded pattern found nowhere finds nothing; a bounded regex ranks as an unbounded one
+        # and is refused past its bound, as a literal is.
         assert await store.pattern_search("no-such-pattern", ALL, 5, max_matches=1) == []
         regex = await store.pattern_search("e[a-z]", ALL, 1000, mode="regex")
         assert 2 < len(regex) < 1000
