@@ -29,6 +29,7 @@ from benchmarks.calibration import window_calibration
 from benchmarks.datasets import BENCH_DATA, open_runtime, scifact
 from benchmarks.ir import quality, ranking
 from benchmarks.scale import COLLECTION
+from rag_service.api.lifecycle import freeze_long_lived_objects
 from rag_service.domain import SearchRequest
 from rag_service.pipeline.retrieval.search import search
 
@@ -37,12 +38,11 @@ async def timed_searches(data_dir: Path, queries: dict[str, str], passes: int) -
     runtime = open_runtime(data_dir)
     out: list[list[dict]] = []
     try:
-        # As a serving process does once its models load (api/lifecycle.py): without it, CPython's
-        # full collections walk this process's ~450,000 long-lived objects (SciFact's corpus among
-        # them) and add up to 195 ms to the searches they land in, which a server does not see.
+        # As a serving process does once its models load: without it, CPython's full collections
+        # walk this process's ~450,000 long-lived objects (SciFact's corpus among them) and add up
+        # to 195 ms to the searches they land in, which a server does not see.
         await runtime.warm_up_embedder()
-        gc.collect()
-        gc.freeze()
+        freeze_long_lived_objects()
         retriever = runtime.retriever
         for _ in range(passes):
             rows = []

@@ -64,17 +64,23 @@ async def _load_parser(depth: ParseDepth) -> None:
         log.error("RAGSVC_ANSWER_SHORT_ANSWER_PARSE is on, but %s; short answers will not read the parse", exc)
 
 
-async def _start_up(runtime: Runtime, parse: ParseDepth) -> None:
-    """Load the models, then take what start-up made out of the garbage collector's walks.
+def freeze_long_lived_objects() -> None:
+    """Take what start-up made out of the garbage collector's walks (``gc.unfreeze`` gives it back).
 
     After start-up a serving process holds about 250,000 objects that live as long as it does
     (modules, the app, the models' Python side), and every full collection of CPython's walks them
     all. Serving SciFact's queries from a 1,000,000-chunk collection, one came about every hundred
     searches and added 146-169 ms to the one it landed in (slow VM, 2026-11-27). ``gc.freeze``
     moves them to the permanent generation: full collections then took 2-5 ms. The collection
-    before it frees start-up's garbage rather than keep it for good.
+    before it frees start-up's garbage rather than keep it for good."""
+    gc.collect()
+    gc.freeze()
 
-    /readyz turns ready when the embedder has loaded, a moment before this runs, so a request may
+
+async def _start_up(runtime: Runtime, parse: ParseDepth) -> None:
+    """Load the models, then freeze the long-lived objects.
+
+    /readyz turns ready when the embedder has loaded, a moment before the freeze, so a request may
     arrive during it: it then waits for the one collection (about 150 ms), and its own objects are
     frozen with the rest until shutdown. That happens once per process and was accepted rather
     than hold readiness back for the parser's load too."""
@@ -82,8 +88,7 @@ async def _start_up(runtime: Runtime, parse: ParseDepth) -> None:
     if parse != "off":
         loads.append(_load_parser(parse))
     await asyncio.gather(*loads)
-    gc.collect()
-    gc.freeze()
+    freeze_long_lived_objects()
 
 
 @asynccontextmanager
