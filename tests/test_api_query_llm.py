@@ -49,6 +49,22 @@ def test_llm_answers_stream_tokens(llm_client: TestClient, llm_server) -> None:
     assert done["llm_tokens"]["completion"] == len(reply) // 4 + 1 and done["llm_tokens"]["prompt"] > 100
 
 
+def test_an_llm_that_finds_no_answer_in_the_passages_gives_outcome_no_answer(llm_client: TestClient,
+                                                                             llm_server) -> None:
+    statement = "The passages do not say who won the 2022 FIFA World Cup."
+    reply = json.dumps({"reasoning_steps": ["The passages are about bread."], "answer": statement,
+                        "citations": [], "confidence": 0.1})
+    llm_server.queue(reply, reply)
+    result = llm_client.post("/v1/query", json={"question": "Who won the 2022 FIFA World Cup?",
+                                                "collection": "kb"}).json()
+    assert result["outcome"] == "no_answer" and result["answer"] == statement and result["generator"] == "llm"
+    assert result["citations"] == [] and result["evaluation"] is None and result["review_id"] is None
+    assert result["closest_sources"] and all(not s["verified"] for s in result["closest_sources"])
+    events = _events(llm_client, {"question": "Who won the 2022 FIFA World Cup?"})
+    assert "".join(d["text"] for k, d in events if k == "token") == statement
+    assert events[-1][0] == "done" and events[-1][1]["outcome"] == "no_answer"
+
+
 def test_llm_timeout_falls_back_to_extractive(llm_client: TestClient, llm_server) -> None:
     llm_server.queue(Reply("{}", delay_s=3))
     result = llm_client.post("/v1/query", json={"question": "How long should the dough rise?",

@@ -210,6 +210,23 @@ async def test_llm_unsupported_and_unresolvable_citations_are_flagged() -> None:
     assert answer.citations[0].verified is False  # one claim citing [1] is unsupported
 
 
+async def test_an_llm_reply_citing_nothing_says_the_documents_do_not_answer() -> None:
+    reply = json.dumps({"reasoning_steps": ["No passage names a World Cup winner."],
+                        "answer": "The passages do not say who won the 2022 World Cup.", "citations": [],
+                        "confidence": 0.2})
+    with fake_openai() as server:
+        server.queue(reply, VALID)
+        declined = await LLMGenerator(llm_for(server.url)).generate("Who won the 2022 World Cup?", [], CONTEXT)
+        answered = await LLMGenerator(llm_for(server.url)).generate("Who led in sacks?", [], CONTEXT)
+    assert not declined.answered and declined.answer == "The passages do not say who won the 2022 World Cup."
+    assert declined.citations == [] and declined.claims == [] and declined.short_answer is None
+    # The nearest passages, for the user to look at: shown, not offered as support.
+    assert [(s.n, s.source_uri, s.verified) for s in declined.closest_sources] == [(1, "panthers", False),
+                                                                                 (2, "broncos", False)]
+    assert declined.generator == "llm" and declined.reasoning_steps == ["No passage names a World Cup winner."]
+    assert answered.answered and answered.closest_sources == []
+
+
 async def test_llm_streams_the_answer_text() -> None:
     pieces: list[str] = []
 

@@ -301,7 +301,7 @@ class ExtractiveGenerator:
             return GeneratedAnswer(answer=NOT_IN_DOCUMENTS, citations=[], claims=[],
                                    confidence=round(assessment.probability, 3), generator="extractive",
                                    answered=False, answerability=_shown(assessment),
-                                   closest_sources=[_closest(n, c) for n, c in enumerate(context[:3], start=1)])
+                                   closest_sources=closest_sources(context))
         ordered = selection.sentences
         answer = " ".join(f"{s.sentence.text} [{s.context}]" for s in ordered)
         citations = []
@@ -325,6 +325,12 @@ class ExtractiveGenerator:
 def _shown(assessment: Assessment) -> dict[str, float]:
     """What the result shows of the model's reading: its probability and the features it read."""
     return {"probability": round(assessment.probability, 4), **assessment.features}
+
+
+def closest_sources(context: Sequence[Candidate], limit: int = 3) -> list[Citation]:
+    """The first ``limit`` retrieved passages, shown with a "the documents do not answer" for the
+    user to look at, not as support."""
+    return [_closest(n, c) for n, c in enumerate(context[:limit], start=1)]
 
 
 def _closest(n: int, candidate: Candidate) -> Citation:

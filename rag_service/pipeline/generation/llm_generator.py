@@ -1,6 +1,7 @@
 """The chain-of-thought generator: an LLM through the ``openai`` client, structured output
 validated with pydantic and retried with the validation error fed back (at most 3 tries), the
-answer streamed as it is written, every citation resolved and every cited claim checked."""
+answer streamed as it is written, every citation resolved and every cited claim checked. A reply
+that cites nothing is the prompt's "the passages do not contain the answer": outcome no_answer."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from rag_service.domain import Candidate, Citation, GeneratedAnswer
 from rag_service.domain.prompts import PromptVersion
 from rag_service.errors import ProviderError
+from rag_service.pipeline.generation.extractive import closest_sources
 from rag_service.pipeline.generation.spans import short_answer
 from rag_service.pipeline.generation.tokens import TokenSink
 from rag_service.prompts.registry import Prompt, PromptRegistry
@@ -149,6 +151,15 @@ class LLMGenerator:
 
     def _answer(self, parsed: LLMAnswer, question: str, context: Sequence[Candidate], prompt_name: str,
                 prompt_version: int, tier: Tier) -> GeneratedAnswer:
+        if not cited_numbers(parsed.answer) and not parsed.citations:
+            # The prompt's contract: where the passages do not hold the answer, say so and cite
+            # nothing. A reply citing nothing rests on no passage either way, so it is reported as
+            # the extractive abstention is (outcome no_answer, the nearest passages to look at).
+            return GeneratedAnswer(
+                answer=parsed.answer, citations=[], claims=[], confidence=parsed.confidence,
+                reasoning_steps=parsed.reasoning_steps, generator="llm", model=self._llm.model_for(tier),
+                prompt_name=prompt_name, prompt_version=prompt_version, answered=False,
+                closest_sources=closest_sources(context))
         sources = [c.hit.text for c in context]
         claims = verify_claims(parsed.answer, sources)
         cited = [n for n in cited_numbers(parsed.answer) if 1 <= n <= len(context)]
