@@ -60,9 +60,25 @@ def test_an_llm_that_finds_no_answer_in_the_passages_gives_outcome_no_answer(llm
     assert result["outcome"] == "no_answer" and result["answer"] == statement and result["generator"] == "llm"
     assert result["citations"] == [] and result["evaluation"] is None and result["review_id"] is None
     assert result["closest_sources"] and all(not s["verified"] for s in result["closest_sources"])
+    # Checked by the answerability models, which find nothing on it either: their probability is the confidence.
+    assert result["answerability"]["probability"] < 0.08
+    assert result["confidence"] == pytest.approx(result["answerability"]["probability"], abs=1e-3)
     events = _events(llm_client, {"question": "Who won the 2022 FIFA World Cup?"})
     assert "".join(d["text"] for k, d in events if k == "token") == statement
     assert events[-1][0] == "done" and events[-1][1]["outcome"] == "no_answer"
+
+
+def test_an_uncited_llm_reply_the_evidence_answers_is_graded_not_an_abstention(llm_client: TestClient,
+                                                                               llm_server) -> None:
+    # The documents say how long the dough rises; a reply citing nothing is then an uncited answer.
+    reply = json.dumps({"reasoning_steps": [], "answer": "About an hour.", "citations": [], "confidence": 0.7})
+    llm_server.queue(reply)
+    result = llm_client.post("/v1/query", json={"question": "How long should the dough rise?",
+                                                "collection": "kb"}).json()
+    assert result["outcome"] == "answered" and result["answer"] == "About an hour." and result["generator"] == "llm"
+    assert result["closest_sources"] == [] and result["answerability"]["probability"] >= 0.08
+    assert result["evaluation"]["metrics"]["traceability"]["value"] < 0.5 and result["evaluation"]["needs_review"]
+    assert result["review_id"] is not None
 
 
 def test_llm_timeout_falls_back_to_extractive(llm_client: TestClient, llm_server) -> None:

@@ -106,9 +106,10 @@ class QueryResult(BaseModel):
         "Outcome no_answer: the passages nearest the question, for the user to look at; they do not "
         "support an answer."))
     answerability: dict[str, float] | None = Field(default=None, description=(
-        "Extractive answers: the answerability model's `probability` that the evidence answers (abstention "
-        "below RAGSVC_ANSWER_ABSTAIN_BELOW) and the evidence features it read. `confidence` is a separate "
-        "model's, calibrated on questions the collection can answer."))
+        "Extractive answers, and LLM replies that cite nothing: the answerability model's `probability` that "
+        "the evidence answers (abstention below RAGSVC_ANSWER_ABSTAIN_BELOW) and the evidence features it read. "
+        "`confidence` is a separate model's, calibrated on questions the collection can answer (for an "
+        "abstention, this probability)."))
     guardrails: dict[str, Any]
     llm_tokens: dict[str, int] | None = Field(default=None, description=(
         "The LLM tokens the answer took ({prompt, completion}, as the server reported them, failed attempts "

@@ -51,7 +51,7 @@ from rag_service.pipeline.collaborators import (
 from rag_service.pipeline.config import PipelineConfig
 from rag_service.pipeline.evaluation import AnswerEvaluator, Graded, contexts_of
 from rag_service.pipeline.executor import EventSink, Executor, Fallback, Plan, RetryPolicy, Step, no_events
-from rag_service.pipeline.generation.extractive import ExtractiveGenerator
+from rag_service.pipeline.generation.extractive import ExtractiveGenerator, confirm_decline
 from rag_service.pipeline.guardrails import InputCheck, OutputRejectedError, check_input, check_output
 from rag_service.pipeline.intent import IntentParser
 from rag_service.pipeline.intent_llm import RULES_UNSURE_BELOW, refine_with_llm
@@ -289,6 +289,9 @@ class QueryPipeline:
                                                   prompt=chosen.version if chosen else None)
             if chosen is not None and chosen.experiment_id is not None:
                 experiment[:] = [chosen]
+            if generator is not self._extractive and not answer.answered:
+                _, assessment = await self._extractive.assessed(intent.question, intent.sub_questions, context)
+                answer = confirm_decline(answer, assessment, self._extractive.abstain_below)
             return answer
 
         async def answer_extractively(error: BaseException) -> Fallback:

@@ -11,9 +11,10 @@ from collections.abc import Set as AbstractSet
 import pytest
 
 from rag_service.config import load_settings
-from rag_service.domain import Candidate, SearchHit
+from rag_service.domain import Candidate, GeneratedAnswer, SearchHit
 from rag_service.errors import ProviderError
-from rag_service.pipeline.generation.extractive import ExtractiveGenerator, _coverage
+from rag_service.pipeline.generation.answerability import Assessment
+from rag_service.pipeline.generation.extractive import ExtractiveGenerator, _coverage, confirm_decline
 from rag_service.pipeline.generation.llm_generator import AnswerFieldStreamer, LLMGenerator
 from rag_service.pipeline.generation.spans import scored_candidates
 from rag_service.providers.llm import make_llm
@@ -219,12 +220,29 @@ async def test_an_llm_reply_citing_nothing_says_the_documents_do_not_answer() ->
         declined = await LLMGenerator(llm_for(server.url)).generate("Who won the 2022 World Cup?", [], CONTEXT)
         answered = await LLMGenerator(llm_for(server.url)).generate("Who led in sacks?", [], CONTEXT)
     assert not declined.answered and declined.answer == "The passages do not say who won the 2022 World Cup."
-    assert declined.citations == [] and declined.claims == [] and declined.short_answer is None
+    assert declined.citations == [] and declined.short_answer is None
     # The nearest passages, for the user to look at: shown, not offered as support.
     assert [(s.n, s.source_uri, s.verified) for s in declined.closest_sources] == [(1, "panthers", False),
                                                                                  (2, "broncos", False)]
     assert declined.generator == "llm" and declined.reasoning_steps == ["No passage names a World Cup winner."]
     assert answered.answered and answered.closest_sources == []
+
+
+def test_an_llm_decline_stands_only_where_the_answerability_models_agree() -> None:
+    decline = GeneratedAnswer(answer="The passages do not say.", citations=[], claims=[], confidence=0.9,
+                              generator="llm", answered=False, closest_sources=[])
+    weak = Assessment(probability=0.03, confidence=0.2, features={"best_share": 0.1})
+    strong = Assessment(probability=0.6, confidence=0.7, features={"best_share": 0.9})
+    stands = confirm_decline(decline, weak, abstain_below=0.08)
+    # Reported as an extractive abstention is: the models' probability is its confidence.
+    assert not stands.answered and stands.confidence == 0.03
+    assert stands.answerability == {"probability": 0.03, "best_share": 0.1}
+    # Where the evidence reads as answering, it is an answer that cites nothing: graded, not an abstention.
+    overruled = confirm_decline(decline, strong, abstain_below=0.08)
+    assert overruled.answered and overruled.confidence == 0.9 and overruled.answerability["probability"] == 0.6
+    assert confirm_decline(decline, None, abstain_below=0.08) == decline  # nothing to read: it stands
+    answered = decline.model_copy(update={"answered": True})
+    assert confirm_decline(answered, weak, abstain_below=0.08) == answered
 
 
 async def test_llm_streams_the_answer_text() -> None:

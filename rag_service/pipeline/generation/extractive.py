@@ -132,15 +132,7 @@ class ExtractiveGenerator:
         synchronous and never asks for it); each claim is passed to ``on_token`` as the answer's
         text (there is no model tier, and retrieved text is never executed as instructions)."""
         parameters = self.defaults.updated(prompt.parameters) if prompt is not None else self.defaults
-        selection = self.select(question, sub_questions, context, parameters=parameters)
-        assessment = None
-        if selection is not None:
-            assessment = assess(selection.evidence)
-            # Near the threshold, the token alignment decides (one encoder call); elsewhere it
-            # would almost never change the decision.
-            if self._token_encoder is not None and undecided(assessment.probability, parameters.abstain_below):
-                selection = replace(selection, evidence=await self.aligned(selection.evidence))
-                assessment = assess(selection.evidence)
+        selection, assessment = await self.assessed(question, sub_questions, context, parameters)
         parsed = (await self._parse_async(question, selection.best)
                   if self._wants_parse(selection, assessment, parameters) else None)
         answer = self.answer(question, context, selection, parameters, assessment, parsed)
@@ -152,6 +144,22 @@ class ExtractiveGenerator:
             for claim in answer.claims:
                 await on_token(claim.text + "".join(f" [{n}]" for n in claim.citations) + " ")
         return answer
+
+    async def assessed(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate],
+                       parameters: ExtractiveParameters | None = None) -> tuple[Selection | None, Assessment | None]:
+        """The best evidence in ``context`` and the answerability models' reading of it (None, None
+        when there is none), the token alignment deciding near the threshold."""
+        parameters = parameters or self.defaults
+        selection = self.select(question, sub_questions, context, parameters=parameters)
+        if selection is None:
+            return None, None
+        assessment = assess(selection.evidence)
+        # Near the threshold, the token alignment decides (one encoder call); elsewhere it
+        # would almost never change the decision.
+        if self._token_encoder is not None and undecided(assessment.probability, parameters.abstain_below):
+            selection = replace(selection, evidence=await self.aligned(selection.evidence))
+            assessment = assess(selection.evidence)
+        return selection, assessment
 
     async def aligned(self, evidence: Evidence) -> Evidence:
         """``evidence`` with the question's token alignment to the best passage, when a local
@@ -320,6 +328,21 @@ class ExtractiveGenerator:
         return GeneratedAnswer(answer=answer, short_answer=short, citations=citations, claims=claims,
                                confidence=round(assessment.confidence, 3), generator="extractive",
                                answerability=_shown(assessment))
+
+
+def confirm_decline(answer: GeneratedAnswer, assessment: Assessment | None, abstain_below: float) -> GeneratedAnswer:
+    """An LLM's "the passages do not contain the answer" (a reply citing nothing), checked by the
+    answerability models that decide the extractive abstention. Where they read the evidence the same
+    way (or there is none), it stands, reported as an extractive abstention is: with their
+    probability as its confidence. Where they read the evidence as answering, the reply is taken as
+    an answer that cites nothing, so it is graded (and queued for review) as such answers always were:
+    a reply that answers without citing must not pass as an abstention, ungraded."""
+    if answer.answered or assessment is None:
+        return answer
+    if assessment.probability < abstain_below:
+        return answer.model_copy(update={"confidence": round(assessment.probability, 3),
+                                         "answerability": _shown(assessment)})
+    return answer.model_copy(update={"answered": True, "closest_sources": [], "answerability": _shown(assessment)})
 
 
 def _shown(assessment: Assessment) -> dict[str, float]:

@@ -1,7 +1,8 @@
 """The chain-of-thought generator: an LLM through the ``openai`` client, structured output
 validated with pydantic and retried with the validation error fed back (at most 3 tries), the
 answer streamed as it is written, every citation resolved and every cited claim checked. A reply
-that cites nothing is the prompt's "the passages do not contain the answer": outcome no_answer."""
+that cites nothing is the prompt's "the passages do not contain the answer" (outcome no_answer once
+the pipeline has checked it against the answerability models: extractive.confirm_decline)."""
 
 from __future__ import annotations
 
@@ -153,10 +154,12 @@ class LLMGenerator:
                 prompt_version: int, tier: Tier) -> GeneratedAnswer:
         if not cited_numbers(parsed.answer) and not parsed.citations:
             # The prompt's contract: where the passages do not hold the answer, say so and cite
-            # nothing. A reply citing nothing rests on no passage either way, so it is reported as
-            # the extractive abstention is (outcome no_answer, the nearest passages to look at).
+            # nothing. Reported as the extractive abstention is (outcome no_answer, the nearest
+            # passages to look at), once the pipeline has checked it (extractive.confirm_decline);
+            # the claims are there for grading when that check reads it as an uncited answer.
             return GeneratedAnswer(
-                answer=parsed.answer, citations=[], claims=[], confidence=parsed.confidence,
+                answer=parsed.answer, citations=[], claims=verify_claims(parsed.answer, [c.hit.text for c in context]),
+                confidence=parsed.confidence,
                 reasoning_steps=parsed.reasoning_steps, generator="llm", model=self._llm.model_for(tier),
                 prompt_name=prompt_name, prompt_version=prompt_version, answered=False,
                 closest_sources=closest_sources(context))
