@@ -58,6 +58,7 @@ def test_an_llm_that_finds_no_answer_in_the_passages_gives_outcome_no_answer(llm
     result = llm_client.post("/v1/query", json={"question": "Who won the 2022 FIFA World Cup?",
                                                 "collection": "kb"}).json()
     assert result["outcome"] == "no_answer" and result["answer"] == statement and result["generator"] == "llm"
+    assert result["short_answer"] is None
     assert result["citations"] == [] and result["evaluation"] is None and result["review_id"] is None
     assert result["closest_sources"] and all(not s["verified"] for s in result["closest_sources"])
     # Checked by the answerability models, which find nothing on it either: their probability is the confidence.

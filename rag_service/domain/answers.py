@@ -49,4 +49,5 @@ class GeneratedAnswer(BaseModel):
     closest_sources: list[Citation] = Field(default_factory=list, description=(
         "When not answered: the passages nearest the question, for the user to look at (not support)."))
     answerability: dict[str, float] | None = Field(default=None, description=(
-        "The answerability model's probability and the evidence features it read (extractive generator)."))
+        "The answerability model's probability and the evidence features it read (extractive answers, and "
+        "LLM replies that cite nothing)."))

@@ -11,7 +11,7 @@ from collections.abc import Set as AbstractSet
 import pytest
 
 from rag_service.config import load_settings
-from rag_service.domain import Candidate, GeneratedAnswer, SearchHit
+from rag_service.domain import Candidate, Citation, GeneratedAnswer, SearchHit
 from rag_service.errors import ProviderError
 from rag_service.pipeline.generation.answerability import Assessment
 from rag_service.pipeline.generation.extractive import ExtractiveGenerator, _coverage, confirm_decline
@@ -229,18 +229,23 @@ async def test_an_llm_reply_citing_nothing_says_the_documents_do_not_answer() ->
 
 
 def test_an_llm_decline_stands_only_where_the_answerability_models_agree() -> None:
-    decline = GeneratedAnswer(answer="The passages do not say.", citations=[], claims=[], confidence=0.9,
-                              generator="llm", answered=False, closest_sources=[])
+    shown = [Citation(n=1, chunk_id=uuid.uuid4(), document_id=uuid.uuid4(), source_uri="a", title=None,
+                      start_char=0, end_char=1, quote="A", verified=False)]
+    decline = GeneratedAnswer(answer="The passages do not say.", short_answer="passages", citations=[], claims=[],
+                              confidence=0.9, generator="llm", answered=False, closest_sources=shown)
     weak = Assessment(probability=0.03, confidence=0.2, features={"best_share": 0.1})
     strong = Assessment(probability=0.6, confidence=0.7, features={"best_share": 0.9})
     stands = confirm_decline(decline, weak, abstain_below=0.08)
     # Reported as an extractive abstention is: the models' probability is its confidence.
-    assert not stands.answered and stands.confidence == 0.03
+    assert not stands.answered and stands.confidence == 0.03 and stands.short_answer is None
+    assert stands.closest_sources == shown
     assert stands.answerability == {"probability": 0.03, "best_share": 0.1}
     # Where the evidence reads as answering, it is an answer that cites nothing: graded, not an abstention.
     overruled = confirm_decline(decline, strong, abstain_below=0.08)
     assert overruled.answered and overruled.confidence == 0.9 and overruled.answerability["probability"] == 0.6
-    assert confirm_decline(decline, None, abstain_below=0.08) == decline  # nothing to read: it stands
+    assert overruled.closest_sources == [] and overruled.short_answer == "passages"
+    # Nothing to read: it stands.
+    assert confirm_decline(decline, None, abstain_below=0.08) == decline.model_copy(update={"short_answer": None})
     answered = decline.model_copy(update={"answered": True})
     assert confirm_decline(answered, weak, abstain_below=0.08) == answered
 

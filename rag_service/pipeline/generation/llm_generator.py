@@ -156,9 +156,10 @@ class LLMGenerator:
             # The prompt's contract: where the passages do not hold the answer, say so and cite
             # nothing. Reported as the extractive abstention is (outcome no_answer, the nearest
             # passages to look at), once the pipeline has checked it (extractive.confirm_decline);
-            # the claims are there for grading when that check reads it as an uncited answer.
+            # the claims and short answer are there for when that check reads it as an uncited answer.
             return GeneratedAnswer(
-                answer=parsed.answer, citations=[], claims=verify_claims(parsed.answer, [c.hit.text for c in context]),
+                answer=parsed.answer, short_answer=short_answer(question, parsed.answer, parsed.confidence),
+                citations=[], claims=verify_claims(parsed.answer, [c.hit.text for c in context]),
                 confidence=parsed.confidence,
                 reasoning_steps=parsed.reasoning_steps, generator="llm", model=self._llm.model_for(tier),
                 prompt_name=prompt_name, prompt_version=prompt_version, answered=False,
