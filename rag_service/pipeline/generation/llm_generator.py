@@ -152,18 +152,6 @@ class LLMGenerator:
 
     def _answer(self, parsed: LLMAnswer, question: str, context: Sequence[Candidate], prompt_name: str,
                 prompt_version: int, tier: Tier) -> GeneratedAnswer:
-        if not cited_numbers(parsed.answer) and not parsed.citations:
-            # The prompt's contract: where the passages do not hold the answer, say so and cite
-            # nothing. Reported as the extractive abstention is (outcome no_answer, the nearest
-            # passages to look at), once the pipeline has checked it (extractive.confirm_decline);
-            # the claims and short answer are there for when that check reads it as an uncited answer.
-            return GeneratedAnswer(
-                answer=parsed.answer, short_answer=short_answer(question, parsed.answer, parsed.confidence),
-                citations=[], claims=verify_claims(parsed.answer, [c.hit.text for c in context]),
-                confidence=parsed.confidence,
-                reasoning_steps=parsed.reasoning_steps, generator="llm", model=self._llm.model_for(tier),
-                prompt_name=prompt_name, prompt_version=prompt_version, answered=False,
-                closest_sources=closest_sources(context))
         sources = [c.hit.text for c in context]
         claims = verify_claims(parsed.answer, sources)
         cited = [n for n in cited_numbers(parsed.answer) if 1 <= n <= len(context)]
@@ -178,9 +166,15 @@ class LLMGenerator:
                 start_char=hit.start_char + start, end_char=hit.start_char + end, quote=quote,
                 verified=all(c.verified for c in citing),
             ))
+        # The prompt's contract: where the passages do not hold the answer, say so and cite nothing.
+        # Such a reply is reported as the extractive abstention is (outcome no_answer, the nearest
+        # passages to look at) once the pipeline has checked it (extractive.confirm_decline), which
+        # may instead read it as an uncited answer: hence its claims and short answer.
+        declined = not cited_numbers(parsed.answer) and not parsed.citations
         return GeneratedAnswer(
             answer=parsed.answer, short_answer=short_answer(question, strip_markers(parsed.answer), parsed.confidence),
             citations=citations,
             claims=claims, confidence=parsed.confidence, reasoning_steps=parsed.reasoning_steps, generator="llm",
             model=self._llm.model_for(tier), prompt_name=prompt_name, prompt_version=prompt_version,
+            answered=not declined, closest_sources=closest_sources(context) if declined else [],
         )
