@@ -1,0 +1,54 @@
+"""The SQuAD reader experiment's pure parts: the passages it trains on and the figures it reports."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks.reader_cv import abstention, short_answers
+from benchmarks.squad_reader import training_items
+
+ARTICLE = {"title": "Rivers", "paragraphs": [
+    {"context": "The Rhine rises in the Alps. It flows north to the sea. Its length is 1,230 km.",
+     "qas": [{"id": "q1", "question": "How long is the Rhine?",
+              "answers": [{"text": "1,230 km", "answer_start": 70}]}]},
+    {"context": "The Danube is long too. Many cities lie on the Rhine and its length is debated.",
+     "qas": []},
+]}
+
+
+def test_training_items_holds_the_answer_and_the_two_kinds_of_negative() -> None:
+    items = training_items([ARTICLE], questions=1, same_paragraph=1.0, sibling=1.0, rng=np.random.default_rng(0))
+    positive, same, sibling = items
+    question, passage, at, answer, _ = positive
+    assert question == "How long is the Rhine?"
+    assert passage[at:at + len(answer)] == "1,230 km"
+    assert same[1] in ARTICLE["paragraphs"][0]["context"] and "1,230" not in same[1] and same[2] is None
+    # The sibling paragraph's sentence pair sharing most of the question's content words: the first
+    # (with "long" and "Rhine"), not the last sentence alone (with "Rhine").
+    assert sibling[1] == ARTICLE["paragraphs"][1]["context"] and sibling[2] is None
+
+
+def test_training_items_without_negatives() -> None:
+    items = training_items([ARTICLE], questions=1, same_paragraph=0.0, sibling=0.0, rng=np.random.default_rng(0))
+    assert len(items) == 1 and items[0][2] is not None
+
+
+def test_short_answers_are_ranked_surest_first() -> None:
+    examples = [{"answers": ["Paris"]}, {"answers": ["1990"]}, {"answers": ["blue"]}, {"answers": ["x"]}]
+    readings = {0: {"text": "Paris", "probability": 0.9}, 1: {"text": "1991", "probability": 0.8},
+                2: {"text": "Blue.", "probability": 0.7}, 3: {"text": "", "probability": 0.9}}
+    setting = np.array(["full", "full", "full", "removed"])
+    out = short_answers(examples, readings, setting, "probability")
+    # Surest first: right, wrong, right.
+    assert out["exact_match_by_coverage"]["1.0"] == round(2 / 3, 4)
+    assert out["largest_coverage_at_em_0.60"] == 1.0
+    readings[2]["text"] = "green"
+    assert short_answers(examples, readings, setting, "probability")["largest_coverage_at_em_0.60"] == round(1 / 3, 4)
+
+
+def test_abstention_reads_its_threshold_from_the_full_collection() -> None:
+    setting = np.array(["full"] * 100 + ["removed"] * 4 + ["article"])
+    scores = np.concatenate([np.linspace(1, 100, 100), [0.5, 3.0, 50.0, 200.0], [0.0]])
+    out = abstention(scores, setting)
+    # Answering 96% of the full collection puts the threshold near 5: two of four removed fall below.
+    assert out["0.96"] == 0.5
