@@ -18,9 +18,10 @@ fold's readings are saved (``.bench-data/reader_oof.json``, keyed by the hyperpa
 when the examples are collected again), so folds can run in processes one after another.
 
 Once every fold is read, it prints: the reader's gap (best span minus "no answer") as a separator
-of full-collection and paragraph-removed examples (ROC AUC); the abstention at 0.96 answered of
-the aligned answerability model with and without the gap as one more feature (out of fold); and
-the reader's short answers' exact match at several coverages.
+of full-collection and paragraph-removed examples (ROC AUC); the abstention without the paragraph
+at three answered rates of the gap alone and of the default and aligned answerability models with
+and without it as one more feature (out of fold); and the reader's short answers' exact match at
+several coverages (``report``, shared with ``benchmarks.squad_reader``).
 """
 
 from __future__ import annotations
@@ -192,7 +193,7 @@ def short_answers(examples: list[dict], readings: dict[int, dict], setting: np.n
     order = np.argsort([-readings[i][key] for i in answered], kind="stable")
     running = np.cumsum(exact[order]) / np.arange(1, len(order) + 1)
     met = np.nonzero(running >= 0.60)[0]
-    return {"exact_match_by_coverage": {str(c): round(float(running[int(c * len(order)) - 1]), 4)
+    return {"exact_match_by_coverage": {str(c): round(float(running[max(1, int(c * len(order))) - 1]), 4)
                                         for c in (0.16, 0.3, 0.4, 0.5, 0.6, 1.0)},
             "largest_coverage_at_em_0.60": round(float((met.max() + 1) / len(order)), 4) if len(met) else 0.0}
 

