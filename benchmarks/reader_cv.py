@@ -115,23 +115,34 @@ def train(tokenizer, data: list[tuple], freeze: int, epochs: int, lr: float):  #
     for name, parameter in model.named_parameters():
         parameter.requires_grad = not name.startswith(frozen)
     optimiser = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.01)
-    steps = epochs * -(-len(data) // BATCH)
-    # Linear warm-up over the first 10% of the steps, then linear decay (BERT's schedule).
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimiser, lambda s: min(1.0, s / (0.1 * steps)) * max(0.0, (steps - s) / steps))
+    schedule = bert_schedule(optimiser, epochs * -(-len(data) // BATCH))
     rng = np.random.default_rng(0)
     model.train()
     for _ in range(epochs):
         order = rng.permutation(len(data))
         for b in range(0, len(data), BATCH):
-            enc, starts, ends = encode(tokenizer, [data[j] for j in order[b:b + BATCH]])
-            loss = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
-                         token_type_ids=enc["token_type_ids"], start_positions=starts, end_positions=ends).loss
-            loss.backward()
-            optimiser.step()
-            schedule.step()
-            optimiser.zero_grad()
+            train_step(model, tokenizer, [data[j] for j in order[b:b + BATCH]], optimiser, schedule)
     return model.eval()
+
+
+def bert_schedule(optimiser, steps: int):  # noqa: ANN001, ANN201 - torch objects
+    """Linear warm-up over the first 10% of the steps, then linear decay (BERT's schedule)."""
+    import torch
+
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimiser, lambda s: min(1.0, s / max(1.0, 0.1 * steps)) * max(0.0, (steps - s) / steps))
+
+
+def train_step(model, tokenizer, batch: list[tuple], optimiser, schedule) -> float:  # noqa: ANN001
+    """One optimisation step on ``batch`` (``items``' tuples); the batch's loss."""
+    enc, starts, ends = encode(tokenizer, batch)
+    loss = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
+                 token_type_ids=enc["token_type_ids"], start_positions=starts, end_positions=ends).loss
+    loss.backward()
+    optimiser.step()
+    schedule.step()
+    optimiser.zero_grad()
+    return loss.item()
 
 
 def read(model, tokenizer, data: list[tuple], within: dict[int, int]) -> dict[int, dict]:  # noqa: ANN001

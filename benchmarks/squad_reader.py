@@ -147,7 +147,7 @@ def train(args: argparse.Namespace) -> None:
     import torch
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-    from benchmarks.reader_cv import encode
+    from benchmarks.reader_cv import bert_schedule, train_step
     from rag_service.providers.local_onnx import _model_dir
 
     torch.manual_seed(0)
@@ -164,9 +164,7 @@ def train(args: argparse.Namespace) -> None:
         model.config.num_hidden_layers = args.layers
     optimiser = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     steps = args.epochs * -(-len(items) // args.batch)
-    # Linear warm-up over the first 10% of the steps, then linear decay (BERT's schedule).
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimiser, lambda s: min(1.0, s / max(1, 0.1 * steps)) * max(0.0, (steps - s) / steps))
+    schedule = bert_schedule(optimiser, steps)
     model.train()
     started, step, losses = time.perf_counter(), 0, []
     target = CHECKPOINTS / args.name
@@ -174,15 +172,9 @@ def train(args: argparse.Namespace) -> None:
     for _ in range(args.epochs):
         order = rng.permutation(len(items))
         for b in range(0, len(items), args.batch):
-            enc, starts, ends = encode(tokenizer, [items[j] for j in order[b:b + args.batch]])
-            loss = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
-                         token_type_ids=enc["token_type_ids"], start_positions=starts, end_positions=ends).loss
-            loss.backward()
-            optimiser.step()
-            schedule.step()
-            optimiser.zero_grad()
+            losses.append(train_step(model, tokenizer, [items[j] for j in order[b:b + args.batch]], optimiser,
+                                     schedule))
             step += 1
-            losses.append(loss.item())
             if step % 50 == 0 or step == steps:
                 print(f"step {step}/{steps}  loss {np.mean(losses[-50:]):.3f}  "
                       f"{time.perf_counter() - started:.0f} s", flush=True)
