@@ -145,6 +145,20 @@ def train_step(model, tokenizer, batch: list[tuple], optimiser, schedule) -> flo
     return loss.item()
 
 
+def selected(examples: list[dict]) -> tuple[list, dict[int, int]]:
+    """Each saved example's selection as the service makes it (None: nothing retrieved), and the
+    length of its best sentence, the part of the passage a span is read from."""
+    generator = ExtractiveGenerator(abstain_below=0.0)
+    selections = [generator.select(e["question"], e["sub_questions"],
+                                   [Candidate.model_validate(c) for c in e["context"]]) for e in examples]
+    return selections, {i: len(s.evidence.best_sentence) if s else 0 for i, s in enumerate(selections)}
+
+
+def with_unread(readings: dict[int, dict], examples: int) -> dict[int, dict]:
+    """``readings`` with "no answer" for the examples that had no passage (nothing retrieved)."""
+    return {i: readings.get(i, {"text": "", "gap": -30.0, "probability": 0.0}) for i in range(examples)}
+
+
 def read(model, tokenizer, data: list[tuple], within: dict[int, int]) -> dict[int, dict]:  # noqa: ANN001
     """Per example: the best span in its best sentence (at most MAX_ANSWER_TOKENS), its gap over
     "no answer" (start + end logits), and its probability (softmax of starts times of ends)."""
@@ -245,12 +259,9 @@ def main() -> None:
 
     torch.set_num_threads(os.cpu_count() or 1)
     examples = [json.loads(line) for line in ROWS.read_text().splitlines()]
-    generator = ExtractiveGenerator(abstain_below=0.0)
-    selections = [generator.select(e["question"], e["sub_questions"],
-                                   [Candidate.model_validate(c) for c in e["context"]]) for e in examples]
+    selections, within = selected(examples)
     x, y, setting, groups = featurise(examples, args.data_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(_model_dir()), local_files_only=True)
-    within = {i: len(s.evidence.best_sentence) if s else 0 for i, s in enumerate(selections)}
     key = f"freeze{args.freeze}-epochs{args.epochs}-lr{args.lr}"
     saved = json.loads(READINGS.read_text()) if READINGS.exists() else {}
     readings = {int(i): r for i, r in saved.get(key, {}).items()}
@@ -269,8 +280,7 @@ def main() -> None:
     if missing:
         print(f"{len(missing)} examples not read yet: run the other folds")
         return
-    for i in range(len(examples)):
-        readings.setdefault(i, {"text": "", "gap": -30.0, "probability": 0.0})  # nothing retrieved
+    readings = with_unread(readings, len(examples))
     print(json.dumps({"reader": key, **report(examples, readings, x, y, setting, groups)}, indent=1))
 
 

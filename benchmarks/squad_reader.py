@@ -99,10 +99,13 @@ def training_items(articles: list[dict], questions: int, same_paragraph: float, 
             for q in para["qas"]]
     chosen = rng.choice(len(pool), size=min(questions, len(pool)), replace=False)
     pairs_of: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+    words_of: dict[tuple[int, int], list[set[str]]] = {}  # each pair's content words, read once
 
     def pairs(a: int, p: int) -> list[tuple[int, int, int]]:
         if (a, p) not in pairs_of:
-            pairs_of[a, p] = _pairs(articles[a]["paragraphs"][p]["context"])
+            context = articles[a]["paragraphs"][p]["context"]
+            pairs_of[a, p] = _pairs(context)
+            words_of[a, p] = [_content(context[s:e]) for s, _, e in pairs_of[a, p]]
         return pairs_of[a, p]
 
     out: list[tuple[str, str, int | None, str | None, int]] = []
@@ -133,9 +136,9 @@ def training_items(articles: list[dict], questions: int, same_paragraph: float, 
             for p2, para in enumerate(articles[a]["paragraphs"]):
                 if p2 == p:
                     continue
-                for s, _, e in pairs(a, p2):
+                for (s, _, e), theirs in zip(pairs(a, p2), words_of[a, p2], strict=True):
                     found = para["context"][s:e]
-                    n = len(words & _content(found))
+                    n = len(words & theirs)
                     if n > overlap and unanswered(found):
                         best, overlap = found, n
             if best is not None:
@@ -190,11 +193,9 @@ def report(args: argparse.Namespace) -> None:
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
     from benchmarks.reader_cv import items as xquad_items
-    from benchmarks.reader_cv import read
+    from benchmarks.reader_cv import read, selected, with_unread
     from benchmarks.reader_cv import report as reader_report
     from benchmarks.train_answerability import ROWS, featurise
-    from rag_service.domain import Candidate
-    from rag_service.pipeline.generation.extractive import ExtractiveGenerator
 
     torch.set_num_threads(os.cpu_count() or 1)
     path = CHECKPOINTS / args.checkpoint
@@ -205,16 +206,11 @@ def report(args: argparse.Namespace) -> None:
     else:
         model = AutoModelForQuestionAnswering.from_pretrained(str(path), local_files_only=True).eval()
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        generator = ExtractiveGenerator(abstain_below=0.0)
-        selections = [generator.select(e["question"], e["sub_questions"],
-                                       [Candidate.model_validate(c) for c in e["context"]]) for e in examples]
-        within = {i: len(s.evidence.best_sentence) if s else 0 for i, s in enumerate(selections)}
+        selections, within = selected(examples)
         data = xquad_items(examples, selections, range(len(examples)), {}, train=False)
         started = time.perf_counter()
-        readings = read(model, tokenizer, data, within)
+        readings = with_unread(read(model, tokenizer, data, within), len(examples))
         print(f"read {len(data)} passages in {time.perf_counter() - started:.0f} s", flush=True)
-        for i in range(len(examples)):
-            readings.setdefault(i, {"text": "", "gap": -30.0, "probability": 0.0})  # nothing retrieved
         saved.write_text(json.dumps(readings))
     x, y, setting, groups = featurise(examples, args.data_dir)
     out = {"checkpoint": json.loads((path / "progress.json").read_text()),
