@@ -231,7 +231,9 @@ def report(examples: list[dict], readings: dict[int, dict], x: np.ndarray, y: np
     surest first by the span's probability and by the gap."""
     gap = np.clip([readings[i]["gap"] for i in range(len(examples))], -15, 15)
     both = setting != "article"
-    default = x[:, :len(FEATURES)]
+    # The models here are measured without the shipped reader's gap, and with this reader's instead.
+    x = np.delete(x, FEATURES.index("reader_gap"), axis=1)
+    default = x[:, :len(FEATURES) - 1]
     return {"gap_auc_full_vs_removed": round(float(roc_auc_score(setting[both] == "full", gap[both])), 4),
             "abstention_without_paragraph_at_answered": {
                 "reader_gap_alone": abstention(gap, setting),

@@ -27,6 +27,8 @@ entities, noun chunks and dependency tree: RAGSVC_ANSWER_SHORT_ANSWER_PARSE=full
 reads its named entities alone (=entities).
 A second pair of models is trained the same way with the token alignment (alignment.py, from the
 same local encoder) as two more features; the service uses it with RAGSVC_ANSWER_TOKEN_ALIGNMENT.
+Both pairs read the span reader's gap (providers/reader.py, the graph the package ships), as the
+service does with RAGSVC_ANSWER_READER.
 """
 
 from __future__ import annotations
@@ -67,9 +69,10 @@ from rag_service.pipeline.generation.answerability import (
     features,
     undecided,
 )
-from rag_service.pipeline.generation.extractive import ExtractiveGenerator
+from rag_service.pipeline.generation.extractive import ExtractiveGenerator, reader_input, with_reading
 from rag_service.pipeline.orchestrator import QueryPipeline
 from rag_service.providers.embeddings import LocalEmbedder
+from rag_service.providers.reader import OnnxSpanReader
 from rag_service.providers.rerankers import LinearModel
 
 OUTPUT_DIR = Path(__file__).resolve().parents[1] / "rag_service" / "providers" / "data"
@@ -155,14 +158,24 @@ def aligned(selections: list, data_dir: Path) -> list:
     return out
 
 
+def read(selections: list, examples: list[dict]) -> list:
+    """The selections with the span reader's reading of their best passage, as the generator reads
+    at run time (the shipped graph; about 6 ms each; not a question in parts)."""
+    reader, out = OnnxSpanReader(), []
+    for s, e in zip(selections, examples, strict=True):
+        found = reader_input(s, e["sub_questions"]) if s is not None else None
+        out.append(s if found is None else with_reading(s, reader.read(*found)))
+    return out
+
+
 def featurise(examples: list[dict], data_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(features, label, setting, article) per example, recomputed from the saved contexts; the
     setting is "full", "removed" (without the paragraph) or "article" (without the article)."""
     generator = ExtractiveGenerator(abstain_below=0.0)
     x, y = [], []
     contexts = [[Candidate.model_validate(c) for c in e["context"]] for e in examples]
-    selections = aligned([generator.select(e["question"], e["sub_questions"], context)
-                          for e, context in zip(examples, contexts, strict=True)], data_dir)
+    selections = read(aligned([generator.select(e["question"], e["sub_questions"], context)
+                               for e, context in zip(examples, contexts, strict=True)], data_dir), examples)
     for e, context, selection in zip(examples, contexts, selections, strict=True):
         if selection is None:  # nothing retrieved: no evidence (and no alignment) at all
             x.append([0.0] * len(FEATURES) + [np.nan] * (len(ALIGNED_FEATURES) - len(FEATURES)))

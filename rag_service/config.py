@@ -165,6 +165,14 @@ class Settings(BaseSettings):
                     "one call; on XQuAD 5% of answerable questions need it, abstention without the paragraph "
                     "0.685 -> 0.723, for about 2 ms of p95 in one side-by-side run); ignored with a remote embedder.",
     )
+    answer_reader: bool = Field(
+        default=True,
+        description="The span reader (all-MiniLM-L6-v2 fine-tuned on SQuAD's train split, an int8 graph shipped "
+                    "in the package) reads the best sentence's passage: the answerability model reads how far its "
+                    "best span stands above 'no answer', and its span is the short answer when it is sure enough. "
+                    "About 5-8 ms of CPU per answer. Off: the models without it decide (its feature reads as "
+                    "unknown), and short answers come from the pattern model (and the parse, if set).",
+    )
     answer_short_answer_parse: Literal["off", "entities", "full"] = Field(
         default="off",
         description="What short answers read of the best sentence beyond its words (spaCy's small English "

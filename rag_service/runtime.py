@@ -62,6 +62,7 @@ from rag_service.pipeline.retrieval.retriever import Retriever, build_retriever
 from rag_service.prompts.registry import Prompt, PromptRegistry
 from rag_service.providers.embeddings import Embedder, TokenEncoder, make_embedder
 from rag_service.providers.llm import OpenAICompatibleLLM, make_llm
+from rag_service.providers.reader import default_reader
 from rag_service.providers.syntax import default_parser
 from rag_service.review.gate import GatePolicy
 from rag_service.review.service import ReviewService
@@ -221,6 +222,7 @@ class Runtime:
             token_encoder=self.embedder if s.answer_token_alignment and isinstance(self.embedder, TokenEncoder)
             else None,
             syntax_parser=default_parser(s.answer_short_answer_parse) if s.answer_short_answer_parse != "off" else None,
+            span_reader=default_reader() if s.answer_reader else None,
             config=PipelineConfig(retrieve_budget_s=s.query_retrieve_budget_s, judge_budget_s=s.eval_judge_budget_s,
                                   generate_budget_s=s.query_generate_budget_s, history_turns=s.conversation_turns,
                                   candidates=s.query_retrieval_candidates, strategies=s.default_strategies,

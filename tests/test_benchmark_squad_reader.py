@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks.reader_cv import abstention, short_answers
-from benchmarks.squad_reader import training_items
+from benchmarks.squad_reader import chosen_threshold, training_items
 
 ARTICLE = {"title": "Rivers", "paragraphs": [
     {"context": "The Rhine rises in the Alps. It flows north to the sea. Its length is 1,230 km.",
@@ -69,3 +69,13 @@ def test_abstention_reads_its_threshold_from_the_full_collection() -> None:
     out = abstention(scores, setting)
     # Answering 96% of the full collection puts the threshold near 5: three of four removed fall below.
     assert out["0.96"] == 0.75
+
+
+def test_the_threshold_is_the_lowest_probability_whose_answers_reach_the_target() -> None:
+    # (probability, passes as a short answer, exactly right), surest first: 1.0 right, 0.9 right,
+    # 0.8 wrong, 0.7 right, 0.6 wrong; 0.95 never passes, so it is never given.
+    readings = [(0.6, True, False), (1.0, True, True), (0.8, True, False), (0.95, False, True), (0.7, True, True),
+                (0.9, True, True)]
+    assert chosen_threshold(readings, target=0.75) == {"probability": 0.7, "coverage": round(4 / 6, 4),
+                                                       "exact_match": 0.75}
+    assert chosen_threshold(readings, target=1.0)["probability"] == 0.9

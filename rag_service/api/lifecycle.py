@@ -18,6 +18,7 @@ from ingestion.jobs import make_queue, run_worker
 from rag_service.config import Settings
 from rag_service.domain import ParseDepth
 from rag_service.errors import ProviderError
+from rag_service.providers.reader import default_reader
 from rag_service.providers.syntax import default_parser
 from rag_service.runtime import Runtime
 
@@ -64,6 +65,15 @@ async def _load_parser(depth: ParseDepth) -> None:
         log.error("RAGSVC_ANSWER_SHORT_ANSWER_PARSE is on, but %s; short answers will not read the parse", exc)
 
 
+async def _load_reader() -> None:
+    """Load the span reader before the first answer needs it (about 0.3 s); a failure is logged here,
+    and the answers then do without it."""
+    try:
+        await asyncio.to_thread(default_reader().load)
+    except ProviderError as exc:
+        log.error("RAGSVC_ANSWER_READER is on, but %s; answers will do without the reader", exc)
+
+
 def freeze_long_lived_objects() -> None:
     """Take what start-up made out of the garbage collector's walks (``gc.unfreeze`` gives it back).
 
@@ -77,7 +87,7 @@ def freeze_long_lived_objects() -> None:
     gc.freeze()
 
 
-async def _start_up(runtime: Runtime, parse: ParseDepth) -> None:
+async def _start_up(runtime: Runtime, parse: ParseDepth, reader: bool) -> None:
     """Load the models, then freeze the long-lived objects.
 
     /readyz turns ready when the embedder has loaded, a moment before the freeze, so a request may
@@ -87,6 +97,8 @@ async def _start_up(runtime: Runtime, parse: ParseDepth) -> None:
     loads = [runtime.warm_up_embedder()]
     if parse != "off":
         loads.append(_load_parser(parse))
+    if reader:
+        loads.append(_load_reader())
     await asyncio.gather(*loads)
     freeze_long_lived_objects()
 
@@ -97,7 +109,8 @@ async def serving(settings: Settings) -> AsyncIterator[Services]:
     queue = make_queue(runtime.db.url)
     await queue.open_async()
     # The models load in the background: /healthz answers at once, /readyz says "loading".
-    background = [asyncio.create_task(_start_up(runtime, settings.answer_short_answer_parse)),
+    background = [asyncio.create_task(_start_up(runtime, settings.answer_short_answer_parse,
+                                                                    settings.answer_reader)),
                   asyncio.create_task(_clean_traces(runtime, TRACE_CLEANUP_EVERY_S))]
     if settings.experiment_check_s > 0:
         background.append(asyncio.create_task(_guard_experiments(runtime, settings.experiment_check_s)))

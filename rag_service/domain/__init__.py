@@ -59,6 +59,7 @@ from rag_service.domain.query import (
     StepRecord,
     StepStatus,
 )
+from rag_service.domain.reading import SpanReading
 from rag_service.domain.retrieval import (
     MAX_QUERY_CHARS,
     MAX_TOP_K,
@@ -104,6 +105,7 @@ from rag_service.domain.tenants import (
 from rag_service.domain.traces import QueryTrace, TraceCandidate
 
 __all__ = [
+    "SpanReading",
     "Entity",
     "ParseDepth",
     "Parsed",

@@ -72,6 +72,7 @@ from rag_service.pipeline.retrieval.search import to_retrieval_request
 from rag_service.pipeline.router import route
 from rag_service.providers.embeddings import TokenEncoder
 from rag_service.providers.llm import LLM, metered
+from rag_service.providers.reader import SpanReader
 from rag_service.providers.syntax import SyntaxParser
 from rag_service.scoring.evidence import ScoringInput
 from rag_service.text.citations import cited_numbers, drop_citations, verify_claims
@@ -100,12 +101,13 @@ class QueryPipeline:
                  parser: IntentParser | None = None, config: PipelineConfig | None = None,
                  intent_llm: LLM | None = None, evaluator: AnswerEvaluator | None = None,
                  prompts: PromptSource | None = None, reporting: QueryReporting | None = None,
-                 token_encoder: TokenEncoder | None = None, syntax_parser: SyntaxParser | None = None) -> None:
+                 token_encoder: TokenEncoder | None = None, syntax_parser: SyntaxParser | None = None,
+                 span_reader: SpanReader | None = None) -> None:
         """``generator`` answers (default: extractive); when it is not the extractive one, a
         failure of it falls back to extractive answers. ``prompts`` chooses the version of the
         generator's prompt each query uses (None: the generator's shipped default). ``reporting``: who
-        hears of each finished query (metrics, stored traces, Langfuse). ``token_encoder``, ``syntax_parser``: see
-        ExtractiveGenerator's ``token_encoder`` and ``parser``."""
+        hears of each finished query (metrics, stored traces, Langfuse). ``token_encoder``, ``syntax_parser``,
+        ``span_reader``: see ExtractiveGenerator's ``token_encoder``, ``parser`` and ``reader``."""
         self._retriever = retriever
         self._collections = collections
         self._guidelines = guidelines
@@ -113,7 +115,7 @@ class QueryPipeline:
         self._parser = parser or IntentParser()
         self.config = config or PipelineConfig()
         self._extractive = ExtractiveGenerator(self.config.abstain_below, token_encoder=token_encoder,
-                                               parser=syntax_parser)
+                                               parser=syntax_parser, reader=span_reader)
         self._generator: AnswerGenerator = generator or self._extractive
         self._intent_llm = intent_llm  # asked only when the rules are unsure of the query type
         self._prompts = prompts

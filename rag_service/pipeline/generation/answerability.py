@@ -7,11 +7,12 @@ much the whole context holds, whether the names and numbers it mentions appear, 
 question terms appear together, whether the best sentence holds the kind of fact asked for (a
 number for "how many", a date for "when", a name for "who"), how close the best chunk is to the
 question in embedding space and how far it stands out from the rest, how far the best candidate
-stands out in the reranker's and the keyword search's score distributions, and by how much the
-best sentence beats the best one in any other document, and how closely the passage around the
-best sentence matches the question token by token in the local encoder's space (alignment.py).
-Features that cannot be computed (no semantic search, no reranker, no local encoder) are unknown and
-read as their training mean.
+stands out in the reranker's and the keyword search's score distributions, by how much the
+best sentence beats the best one in any other document, how far the span reader's best answer in
+the passage around the best sentence stands above its "no answer" (providers/reader.py, a reader
+trained on SQuAD's train split), and how closely that passage matches the question token by token
+in the local encoder's space (alignment.py). Features that cannot be computed (no semantic search,
+no reranker, no reader, no local encoder) are unknown and read as their training mean.
 
 A logistic regression over them (``benchmarks/train_answerability.py``, trained on questions built
 from XQuAD: each question against the full collection, labelled by whether the first citation is
@@ -38,7 +39,7 @@ from rag_service.text.terms import terms
 
 FEATURES = ("best_coverage", "best_share", "chunk_share", "context_share", "entity_best", "entity_chunk",
             "entity_context", "has_entities", "pair_best", "pair_chunk", "kind_asked", "kind_missing", "cosine_top",
-            "cosine_gap", "terms_log", "margin", "rare_missing", "rerank_gap", "keyword_gap")
+            "cosine_gap", "terms_log", "margin", "rare_missing", "rerank_gap", "keyword_gap", "reader_gap")
 # With RAGSVC_ANSWER_TOKEN_ALIGNMENT on, a second pair of models also reads the token alignment.
 ALIGNED_FEATURES = (*FEATURES, "align_mean", "align_worst")
 MODEL_FILE = "answerability.json"
@@ -50,6 +51,9 @@ ALIGNED_CONFIDENCE_FILE = "answer_confidence_aligned.json"
 # to the abstention threshold (in log-odds); farther away the aligned model almost never decides
 # otherwise (the margin is chosen from train_answerability.py's cascade report).
 ALIGN_MARGIN = 1.0
+# The reader's gap in logits, clipped: beyond this it says nothing more (and a passage it could not
+# read at all reads as the lowest).
+READER_GAP_LIMIT = 15.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ class Evidence:
     keyword_scores: Sequence[float] = ()  # BM25 per retrieved chunk, where the keyword search found it
     # alignment.alignment() of the question with the best sentence's passage, where a local encoder ran
     alignment: tuple[float, float] | None = None
+    # the span reader's gap (best span over "no answer") in the best sentence's passage, where it ran
+    reader_gap: float | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,8 @@ def features(evidence: Evidence, asked: Focus | None = None) -> np.ndarray:
         "rare_missing": max(missing, default=0.0) / unseen,
         "rerank_gap": standout(evidence.rerank_scores),
         "keyword_gap": standout(evidence.keyword_scores),
+        "reader_gap": (math.nan if evidence.reader_gap is None
+                       else min(max(evidence.reader_gap, -READER_GAP_LIMIT), READER_GAP_LIMIT)),
         "align_mean": evidence.alignment[0] if evidence.alignment else math.nan,
         "align_worst": evidence.alignment[1] if evidence.alignment else math.nan,
     }

@@ -1,9 +1,10 @@
 """The extractive generator (no LLM): it answers with the retrieved sentences that best answer
 the question (and each sub-question), in reading order, each cited [n], with a short answer span
-when one is likely enough (spans.py). When the answerability model (answerability.py; near its
-threshold, with the question's token alignment to the best passage, alignment.py) finds the
-retrieved evidence does not answer the question, it says so instead and lists the closest
-passages. An answer's confidence comes from the calibrated confidence model; a "does not answer"
+when one is likely enough: the span reader's (read_answers.py), or without a reader the pattern
+model's (spans.py). When the answerability model (answerability.py, which reads the span reader's
+"no answer" too; near its threshold, with the question's token alignment to the best passage,
+alignment.py) finds the retrieved evidence does not answer the question, it says so instead and
+lists the closest passages. An answer's confidence comes from the calibrated confidence model; a "does not answer"
 reports the answerability probability."""
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rag_service.domain import Candidate, Citation, Complexity, GeneratedAnswer
+from rag_service.domain import Candidate, Citation, Complexity, GeneratedAnswer, SpanReading
 from rag_service.domain.prompts import PromptVersion
 from rag_service.errors import ProviderError
 from rag_service.pipeline.generation.alignment import alignment, passage
 from rag_service.pipeline.generation.answerability import Assessment, Evidence, assess, undecided
+from rag_service.pipeline.generation.read_answers import reader_short_answer
 from rag_service.pipeline.generation.spans import (
     ShortAnswerParse,
     parse_for_short_answer,
@@ -28,6 +30,7 @@ from rag_service.pipeline.generation.spans import (
 )
 from rag_service.pipeline.generation.tokens import TokenSink
 from rag_service.providers.embeddings import TokenEncoder
+from rag_service.providers.reader import SpanReader
 from rag_service.providers.syntax import SyntaxParser
 from rag_service.text.citations import verify_claims
 from rag_service.text.sentences import Sentence, split_sentences
@@ -53,6 +56,7 @@ class Selection:
     sentences: list[_Scored]  # in reading order
     best: str                 # the best-scoring sentence's text (where a short answer is looked for)
     evidence: Evidence        # what the answerability models read (the alignment only once generate adds it)
+    reading: SpanReading | None = None  # the span reader's, of the best sentence's passage (once read)
 
 
 def _idf(sentences: Sequence[list[str]]) -> dict[str, float]:
@@ -108,16 +112,19 @@ class ExtractiveGenerator:
     prompt_name = PROMPT_NAME
 
     def __init__(self, abstain_below: float = ABSTAIN_BELOW, token_encoder: TokenEncoder | None = None,
-                 parser: SyntaxParser | None = None) -> None:
+                 parser: SyntaxParser | None = None, reader: SpanReader | None = None) -> None:
         """``abstain_below``: answer only when the answerability model's probability that the
         evidence answers reaches it (0 never abstains); a prompt version may set its own.
         ``token_encoder``: the local encoder whose token vectors align the question with the best
         passage near the threshold (without one, or once it fails, the default models decide).
         ``parser``: parses the question and the best sentence for the short answer, which the model
-        that reads the parse then picks (without one, the model that does not)."""
+        that reads the parse then picks (without one, the model that does not); not needed with a
+        reader. ``reader``: reads the best sentence's passage for whether it answers and for the
+        short answer (without one, or once it fails, the models that do without it decide)."""
         self.defaults = ExtractiveParameters(abstain_below=abstain_below)
         self._token_encoder = token_encoder
         self._parser = parser
+        self._reader = reader
 
     @property
     def abstain_below(self) -> float:
@@ -153,6 +160,12 @@ class ExtractiveGenerator:
         selection = self.select(question, sub_questions, context, parameters=parameters)
         if selection is None:
             return None, None
+        read = reader_input(selection, sub_questions) if self._reader is not None else None
+        if self._reader is not None and read is not None:
+            try:
+                selection = with_reading(selection, await self._reader.read_async(*read))
+            except ProviderError as exc:
+                self._reader_failed(exc)
         assessment = assess(selection.evidence)
         # Near the threshold, the token alignment decides (one encoder call); elsewhere it
         # would almost never change the decision.
@@ -177,11 +190,30 @@ class ExtractiveGenerator:
             return evidence
         return replace(evidence, alignment=alignment(evidence.question, asked, matched, evidence.idf))
 
+    def _read(self, selection: Selection | None, sub_questions: Sequence[str]) -> Selection | None:
+        """``selection`` read by the span reader, synchronously (``assessed`` reads off the event loop)."""
+        read = reader_input(selection, sub_questions) if self._reader is not None and selection else None
+        if self._reader is None or selection is None or read is None:
+            return selection
+        try:
+            return with_reading(selection, self._reader.read(*read))
+        except ProviderError as exc:
+            self._reader_failed(exc)
+            return selection
+
+    def _reader_failed(self, exc: ProviderError) -> None:
+        # The models without the reader's gap then decide (it reads as unknown), and a reader that
+        # failed is not asked again by this generator (a graph that did not load will not load).
+        if self._reader is not None:
+            log.error("span reader off for this process: %s", exc)
+        self._reader = None
+
     def _wants_parse(self, selection: Selection | None, assessment: Assessment | None,
                      parameters: ExtractiveParameters) -> bool:
-        """Whether to parse for the short answer: a parser is at hand and the answer will be given."""
-        return (self._parser is not None and selection is not None and assessment is not None
-                and assessment.probability >= parameters.abstain_below)
+        """Whether to parse for the short answer: a parser is at hand, the reader has not read the
+        passage (its span is the short answer then), and the answer will be given."""
+        return (self._parser is not None and selection is not None and selection.reading is None
+                and assessment is not None and assessment.probability >= parameters.abstain_below)
 
     def _parse(self, question: str, sentence: str) -> ShortAnswerParse | None:
         """The question and the sentence parsed for the short answer (the sentence alone at the
@@ -287,7 +319,7 @@ class ExtractiveGenerator:
         ``retrieval_confidence`` is accepted for the protocol's sake: the model reads the evidence
         itself. Synchronous, so without the token alignment (``generate`` adds it)."""
         parameters = parameters or self.defaults
-        selection = self.select(question, sub_questions, context, parameters=parameters)
+        selection = self._read(self.select(question, sub_questions, context, parameters=parameters), sub_questions)
         assessment = assess(selection.evidence) if selection is not None else None
         parsed = self._parse(question, selection.best) if self._wants_parse(selection, assessment, parameters) else None
         return self.answer(question, context, selection, parameters, assessment, parsed)
@@ -324,10 +356,27 @@ class ExtractiveGenerator:
             ))
         # Citation order follows the answer: the first citation is the first context cited.
         claims = verify_claims(answer, [c.hit.text for c in context])
-        short = short_answer(question, selection.best, assessment.probability, parsed=parsed)
+        short = (reader_short_answer(question, selection.reading) if selection.reading is not None
+                 else short_answer(question, selection.best, assessment.probability, parsed=parsed))
         return GeneratedAnswer(answer=answer, short_answer=short, citations=citations, claims=claims,
                                confidence=round(assessment.confidence, 3), generator="extractive",
                                answerability=_shown(assessment))
+
+
+def reader_input(selection: Selection, sub_questions: Sequence[str]) -> tuple[str, str, int] | None:
+    """What the span reader reads of a selection: the question, the best sentence's passage (it and
+    the next sentence, as the reader was trained) and where the sentence ends (the span starts in
+    it). None for a question in parts: one span cannot answer them all, and the reader was trained
+    on single questions (the models then read its gap as unknown)."""
+    if sub_questions:
+        return None
+    evidence = selection.evidence
+    return evidence.question, passage(evidence.best_chunk, evidence.best_sentence), len(evidence.best_sentence)
+
+
+def with_reading(selection: Selection, reading: SpanReading) -> Selection:
+    """``selection`` with the span reader's reading of its best passage."""
+    return replace(selection, reading=reading, evidence=replace(selection.evidence, reader_gap=reading.gap))
 
 
 def confirm_decline(answer: GeneratedAnswer, assessment: Assessment | None, abstain_below: float) -> GeneratedAnswer:

@@ -1,0 +1,125 @@
+"""The span reader (issue 16): its decoding, the shipped graph read for real, its short answers'
+checks, and the extractive generator reading with it (and without it, once it fails)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from importlib.resources import files
+
+import numpy as np
+import pytest
+
+from rag_service.domain import Candidate, SearchHit, SpanReading
+from rag_service.errors import ProviderError
+from rag_service.pipeline.generation.answerability import ALIGNED_FEATURES, FEATURES, default_model
+from rag_service.pipeline.generation.extractive import ExtractiveGenerator, reader_input
+from rag_service.pipeline.generation.read_answers import (
+    THRESHOLD_FILE,
+    is_answer_span,
+    reader_short_answer,
+    shipped_threshold,
+)
+from rag_service.providers.reader import GRAPH_FILE, MAX_ANSWER_TOKENS, best_span, default_reader
+
+PANTHERS = ("The Panthers defense gave up just 308 points, ranking sixth in the league. Pro Bowl defensive tackle "
+            "Kawann Short led the team in sacks with 11. The team played its home games in Charlotte.")
+
+
+def candidate(text: str, uri: str) -> Candidate:
+    hit = SearchHit(chunk_id=uuid.uuid4(), document_id=uuid.uuid4(), parent_id=None, ordinal=0, source_uri=uri,
+                    title=uri, text=text, start_char=0, end_char=len(text), score=1.0)
+    return Candidate(hit=hit, fused_score=1.0, scores={"semantic": 0.6})
+
+
+def test_best_span_takes_the_highest_start_plus_end_within_the_length_limit() -> None:
+    start = np.array([5.0, 0.0, 4.0, 1.0, 0.0])
+    end = np.array([5.0, 0.0, 0.0, 3.0, 9.0])
+    allowed = np.array([False, True, True, True, True])
+    first, last, gap, probability = best_span(start, end, allowed)
+    assert (first, last) == (2, 4) and gap == pytest.approx(13.0 - 10.0) and 0 < probability < 1
+    # An end before its start is never taken, nor a span longer than the limit.
+    assert best_span(np.array([0.0, 0.0, 0.0, 9.0]), np.array([0.0, 1.0, 0.0, 0.0]),
+                     np.array([False, True, True, True]))[:2] == (3, 3)
+    assert best_span(start, end, allowed, max_tokens=2)[:2] == (3, 4)
+    assert best_span(start, end, np.zeros(5, dtype=bool)) is None
+
+
+def test_the_shipped_reader_finds_the_answer_and_says_when_the_passage_has_none() -> None:
+    reader = default_reader()
+    holds = reader.read("How many points did the Panthers defense give up?", PANTHERS)
+    assert holds.text == PANTHERS[holds.start:holds.end] and "308" in holds.text and holds.gap > 0
+    lacks = reader.read("What is the boiling point of mercury on Mars in 1850?", PANTHERS)
+    assert lacks.gap < 0 < holds.gap and lacks.probability < holds.probability
+    # It reads as the service gives it a passage: the best sentence and the next, the span in the first.
+    pair = PANTHERS[PANTHERS.index("Pro Bowl"):]
+    found = reader.read("Who led the team in sacks?", pair, within=pair.index(". ") + 1)
+    assert found.text == "Kawann Short" and found.gap > 0
+    # ``within``: the span starts in the passage's first sentence, however sure it is of another.
+    first = PANTHERS.index(". ") + 1
+    limited = reader.read("Who led the team in sacks?", PANTHERS, within=first)
+    assert limited.start < first and "Kawann" not in limited.text and limited.gap < found.gap
+    assert len(holds.text.split()) <= MAX_ANSWER_TOKENS
+
+
+def test_a_short_answer_is_a_sure_span_that_answers_and_never_a_pronoun() -> None:
+    def sure(text: str, probability: float = 0.9) -> SpanReading:
+        return SpanReading(text=text, start=0, end=len(text), gap=5.0, probability=probability)
+
+    assert reader_short_answer("Who led the team in sacks?", sure("Kawann Short")) == "Kawann Short"
+    assert reader_short_answer("Who led the team in sacks?", sure("Kawann Short", 0.01)) is None  # not sure
+    assert reader_short_answer("Who led the team in sacks?", sure("They")) is None  # a pronoun
+    assert reader_short_answer("Who led the team in sacks?", sure("the team")) is None  # the question's words
+    assert reader_short_answer("Who led the team in sacks?", sure("11")) is None  # a number for "who"
+    assert reader_short_answer("How many sacks did he have?", sure("11,")) == "11"  # trimmed
+    assert is_answer_span("Which player stripped the ball?", "Miller")  # a name, though it starts the span
+    assert not is_answer_span("When did the war end?", "the treaty")
+
+
+def test_the_shipped_threshold_and_models_read_the_reader() -> None:
+    threshold = shipped_threshold()
+    assert 0 < threshold.probability < 1 and "SQuAD v1.1 dev" in threshold.chosen_on
+    assert json.loads(files("rag_service.providers.data").joinpath(THRESHOLD_FILE).read_text())["probability"] \
+        == threshold.probability
+    assert files("rag_service.providers.data").joinpath(GRAPH_FILE).is_file()
+    for aligned, names in ((False, FEATURES), (True, ALIGNED_FEATURES)):
+        model = default_model(aligned)
+        assert model.weights[names.index("reader_gap")] > 0  # a clearer answer, more likely answered
+
+
+async def test_the_generator_reads_with_the_reader_and_goes_on_without_it_when_it_fails() -> None:
+    context = [candidate(PANTHERS, "panthers")]
+    question = "Who led the team in sacks?"
+    generator = ExtractiveGenerator(reader=default_reader())
+    answer = await generator.generate(question, [], context)
+    assert answer.answered and answer.answerability["reader_gap"] > 0
+    assert answer.short_answer == "Kawann Short"
+    assert generator.extract(question, [], context).answerability == answer.answerability  # the same, synchronously
+
+    class Broken:
+        calls = 0
+
+        def read(self, question, passage, within=None):  # noqa: ANN001, ANN201
+            Broken.calls += 1
+            raise ProviderError("span reader: could not load span_reader-int8.onnx", stage="generate")
+
+        async def read_async(self, question, passage, within=None):  # noqa: ANN001, ANN201
+            return self.read(question, passage, within)
+
+    broken = ExtractiveGenerator(reader=Broken())
+    first, again = await broken.generate(question, [], context), await broken.generate(question, [], context)
+    without = ExtractiveGenerator().extract(question, [], context)
+    assert Broken.calls == 1 and "reader_gap" not in first.answerability
+    assert first.answerability == again.answerability == without.answerability
+
+
+def test_a_question_in_parts_is_not_read() -> None:
+    """One span cannot answer two questions: the reader reads single questions only, and for a
+    question in parts its gap is unknown to the models (and the pattern model picks short answers)."""
+    generator = ExtractiveGenerator(reader=default_reader())
+    context = [candidate(PANTHERS, "panthers")]
+    parts = ["Who led the team in sacks?", "Where did the team play its home games?"]
+    selection = generator.select(" ".join(parts), parts, context)
+    assert reader_input(selection, parts) is None and reader_input(selection, [])[0] == " ".join(parts)
+    answer = generator.extract(" ".join(parts), parts, context)
+    assert answer.answered and "reader_gap" not in answer.answerability
