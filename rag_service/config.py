@@ -168,10 +168,10 @@ class Settings(BaseSettings):
     answer_reader: bool = Field(
         default=True,
         description="The span reader (all-MiniLM-L6-v2 fine-tuned on SQuAD's train split, an int8 graph shipped "
-                    "in the package) reads the best sentence's passage: the answerability model reads how far its "
+                    "in the package) reads the best sentence: the answerability model reads how far its "
                     "best span stands above 'no answer', and its span is the short answer when it is sure enough. "
-                    "About 5-8 ms of CPU per answer. Off: the models without it decide (its feature reads as "
-                    "unknown), and short answers come from the pattern model (and the parse, if set).",
+                    "About 5 ms of CPU per answer. Off: the answerability models read its feature as unknown "
+                    "(its training mean), and short answers come from the pattern model (and the parse, if set).",
     )
     answer_short_answer_parse: Literal["off", "entities", "full"] = Field(
         default="off",

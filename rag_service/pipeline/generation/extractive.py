@@ -56,7 +56,7 @@ class Selection:
     sentences: list[_Scored]  # in reading order
     best: str                 # the best-scoring sentence's text (where a short answer is looked for)
     evidence: Evidence        # what the answerability models read (the alignment only once generate adds it)
-    reading: SpanReading | None = None  # the span reader's, of the best sentence's passage (once read)
+    reading: SpanReading | None = None  # the span reader's, of the best sentence (once read)
 
 
 def _idf(sentences: Sequence[list[str]]) -> dict[str, float]:
@@ -119,7 +119,7 @@ class ExtractiveGenerator:
         passage near the threshold (without one, or once it fails, the default models decide).
         ``parser``: parses the question and the best sentence for the short answer, which the model
         that reads the parse then picks (without one, the model that does not); not needed with a
-        reader. ``reader``: reads the best sentence's passage for whether it answers and for the
+        reader. ``reader``: reads the best sentence for whether it answers and for the
         short answer (without one, or once it fails, the models that do without it decide)."""
         self.defaults = ExtractiveParameters(abstain_below=abstain_below)
         self._token_encoder = token_encoder
@@ -364,18 +364,20 @@ class ExtractiveGenerator:
 
 
 def reader_input(selection: Selection, sub_questions: Sequence[str]) -> tuple[str, str, int] | None:
-    """What the span reader reads of a selection: the question, the best sentence's passage (it and
-    the next sentence, as the reader was trained) and where the sentence ends (the span starts in
-    it). None for a question in parts: one span cannot answer them all, and the reader was trained
-    on single questions (the models then read its gap as unknown)."""
+    """What the span reader reads of a selection: the question, the best sentence, and where the
+    span may start (anywhere in it). The reader was trained on the sentence and the next one, but
+    reading the sentence alone measured the same abstention and about 3 points fewer short answers
+    on XQuAD, for about 3 ms less of p95 (docs/benchmarks.md). None for a question in parts: one
+    span cannot answer them all, and the reader was trained on single questions (the models then
+    read its gap as unknown)."""
     if sub_questions:
         return None
     evidence = selection.evidence
-    return evidence.question, passage(evidence.best_chunk, evidence.best_sentence), len(evidence.best_sentence)
+    return evidence.question, evidence.best_sentence, len(evidence.best_sentence)
 
 
 def with_reading(selection: Selection, reading: SpanReading) -> Selection:
-    """``selection`` with the span reader's reading of its best passage."""
+    """``selection`` with the span reader's reading of its best sentence."""
     return replace(selection, reading=reading, evidence=replace(selection.evidence, reader_gap=reading.gap))
 
 
