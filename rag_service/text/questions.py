@@ -37,6 +37,22 @@ _CLAUSE_ANSWER = re.compile(r"^\s*(why\b|how (do|does|did|is|are|was|were|can|co
 _CAPITALISED = re.compile(r"\b[A-Z][A-Za-z0-9'.-]*|\b\d[\d,.]*\b")
 
 
+# A question asks with a question mark, or, typed into a search box without one: with a question
+# word among its first three words ("in what year ..."), an auxiliary or "name" first ("is it ...",
+# "name a ..."), a question word that is rarely a relative one anywhere ("the castle was named
+# after whom"), or a question word last ("... can be traced to where").
+_ASKS = re.compile(r"^\W*(?:\S+\s+){0,2}(who|whom|whose|what|which|when|where|why|how)\b|"
+                   r"^\W*(is|are|was|were|do|does|did|can|could|should|would|will|has|have|had|name)\b|"
+                   r"\b(what|whom|whose|how (many|much|long|old|far|big|large))\b|"
+                   r"\b(who|which|when|where|why|how)\W*$", re.I)
+
+
+def is_question(text: str) -> bool:
+    """Whether ``text`` is asked as a question, rather than stated ("A20 acts as a tumour
+    suppressor.") or given as keywords ("error E-4012")."""
+    return text.rstrip().endswith("?") or bool(_ASKS.search(text))
+
+
 def expected_kind(question: str) -> AnswerKind | None:
     """The kind of fact the question asks for, when its wording says."""
     for pattern, kind in _KINDS:

@@ -21,6 +21,7 @@ from rag_service.pipeline.generation.read_answers import (
     shipped_threshold,
 )
 from rag_service.providers.reader import GRAPH_FILE, MAX_ANSWER_TOKENS, best_span, default_reader
+from rag_service.text.questions import is_question
 
 PANTHERS = ("The Panthers defense gave up just 308 points, ranking sixth in the league. Pro Bowl defensive tackle "
             "Kawann Short led the team in sacks with 11. The team played its home games in Charlotte.")
@@ -123,3 +124,30 @@ def test_a_question_in_parts_is_not_read() -> None:
     assert reader_input(selection, parts) is None and reader_input(selection, [])[0] == " ".join(parts)
     answer = generator.extract(" ".join(parts), parts, context)
     assert answer.answered and "reader_gap" not in answer.answerability
+
+
+@pytest.mark.parametrize("text, asked", [
+    ("Who led the team in sacks?", True),
+    ("how many sacks did the panthers have", True),  # typed into a search box
+    ("in what year was the stadium built", True),
+    ("the castle was named after whom", True),
+    ("is the stadium in charlotte", True),
+    ("Name a player who led the team in sacks.", True),
+    ("A20 can act as a tumor suppressor.", False),  # a claim
+    ("Statins reduce mortality in patients who have heart failure.", False),  # "who" as a relative pronoun
+    ("error E-4012", False),
+    ("kneading time bread", False),
+])
+def test_what_is_asked_as_a_question(text: str, asked: bool) -> None:
+    assert is_question(text) is asked
+
+
+def test_a_statement_is_not_read() -> None:
+    """The reader was trained on questions: a claim or keywords would read as "no answer" however
+    well the passage supports them, so they are not read, and the models read its gap as unknown."""
+    generator = ExtractiveGenerator(reader=default_reader())
+    context = [candidate(PANTHERS, "panthers")]
+    claim = "Kawann Short led the Panthers in sacks."
+    assert reader_input(generator.select(claim, [], context), []) is None
+    answer = generator.extract(claim, [], context)
+    assert "reader_gap" not in answer.answerability and answer.short_answer is None

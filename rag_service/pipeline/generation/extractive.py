@@ -33,6 +33,7 @@ from rag_service.providers.embeddings import TokenEncoder
 from rag_service.providers.reader import SpanReader
 from rag_service.providers.syntax import SyntaxParser
 from rag_service.text.citations import verify_claims
+from rag_service.text.questions import is_question
 from rag_service.text.sentences import Sentence, split_sentences
 from rag_service.text.terms import terms
 
@@ -367,10 +368,11 @@ def reader_input(selection: Selection, sub_questions: Sequence[str]) -> tuple[st
     """What the span reader reads of a selection: the question, the best sentence, and where the
     span may start (anywhere in it). The reader was trained on the sentence and the next one, but
     reading the sentence alone measured the same abstention and about 3 points fewer short answers
-    on XQuAD, for about 3 ms less of p95 (docs/benchmarks.md). None for a question in parts: one
-    span cannot answer them all, and the reader was trained on single questions (the models then
-    read its gap as unknown)."""
-    if sub_questions:
+    on XQuAD, for about 3 ms less of p95 (docs/benchmarks.md). None (the models then read its gap as
+    unknown) for what it was not trained to read: a question in parts (one span cannot answer them
+    all), and a statement or keywords, which it reads as "no answer" (SciFact's claims on their own
+    abstracts were answered 69% of the time read, 88% not; docs/benchmarks.md)."""
+    if sub_questions or not is_question(selection.evidence.question):
         return None
     evidence = selection.evidence
     return evidence.question, evidence.best_sentence, len(evidence.best_sentence)
