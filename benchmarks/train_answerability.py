@@ -178,7 +178,9 @@ def featurise(examples: list[dict], data_dir: Path) -> tuple[np.ndarray, np.ndar
                                for e, context in zip(examples, contexts, strict=True)], data_dir), examples)
     for e, context, selection in zip(examples, contexts, selections, strict=True):
         if selection is None:  # nothing retrieved: no evidence (and no alignment) at all
-            x.append([0.0] * len(FEATURES) + [np.nan] * (len(ALIGNED_FEATURES) - len(FEATURES)))
+            row = [0.0] * len(FEATURES) + [np.nan] * (len(ALIGNED_FEATURES) - len(FEATURES))
+            row[FEATURES.index("reader_gap")] = np.nan  # nothing read either
+            x.append(row)
             y.append(0)
             continue
         # The features only: training must not depend on the models it is about to replace.

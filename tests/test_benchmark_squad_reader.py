@@ -79,3 +79,11 @@ def test_the_threshold_is_the_lowest_probability_whose_answers_reach_the_target(
     assert chosen_threshold(readings, target=0.75) == {"probability": 0.7, "coverage": round(4 / 6, 4),
                                                        "exact_match": 0.75}
     assert chosen_threshold(readings, target=1.0)["probability"] == 0.9
+
+
+def test_single_sentence_passages_hold_the_answers_sentence_alone() -> None:
+    items = training_items([ARTICLE], questions=1, same_paragraph=1.0, sibling=0.0, rng=np.random.default_rng(0),
+                           sentences_per_passage=1)
+    (_, passage, at, answer, _), (_, negative, none, _, _) = items
+    assert passage == "Its length is 1,230 km." and passage[at:at + len(answer)] == "1,230 km"
+    assert none is None and negative in ("The Rhine rises in the Alps.", "It flows north to the sea.")

@@ -32,10 +32,15 @@ MAX_ANSWER_TOKENS = 12   # the longest span it answers with
 NOTHING_READ = SpanReading(text="", start=0, end=0, gap=-30.0, probability=0.0)
 
 
+class ReaderUnavailableError(ProviderError):
+    """The reader cannot run at all (its graph or tokenizer did not load): asking again will not help."""
+
+
 class SpanReader(Protocol):
     def read(self, question: str, passage: str, within: int | None = None) -> SpanReading:
         """The best span of ``passage`` for ``question`` (starting before character ``within``, when
-        given) and the reader's gap over "no answer"; ProviderError when the reader cannot run."""
+        given) and the reader's gap over "no answer"; ReaderUnavailableError when the reader cannot
+        run at all, ProviderError when it could not read this input."""
         ...
 
     async def read_async(self, question: str, passage: str, within: int | None = None) -> SpanReading:
@@ -71,10 +76,14 @@ class OnnxSpanReader:
         self._graph = graph
         self._session: Any = None
         self._tokenizer: Any = None
+        self._failed: ReaderUnavailableError | None = None  # a graph that did not load is not tried again
         self._lock = threading.Lock()
 
     def load(self) -> None:
+        """Make the session and the tokenizer (once); ReaderUnavailableError when they cannot be."""
         with self._lock:
+            if self._failed is not None:
+                raise self._failed
             if self._session is not None:
                 return
             try:
@@ -92,22 +101,27 @@ class OnnxSpanReader:
                 options.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 options.enable_mem_pattern = False
                 tokenizer = Tokenizer.from_file(str(_model_dir() / "tokenizer.json"))
-                tokenizer.enable_truncation(MAX_TOKENS, strategy="only_second")
+                # The longer of the two is cut: the passage as in training (its questions were all
+                # short), and a question too long to leave the passage room is cut too rather than
+                # refused ("only_second" raises on it).
+                tokenizer.enable_truncation(MAX_TOKENS, strategy="longest_first")
                 tokenizer.no_padding()  # the file ships fixed padding to 128
                 self._session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
                 self._tokenizer = tokenizer
             except Exception as exc:  # noqa: BLE001 - any failure to load means no reader, said once
-                raise ProviderError(f"span reader: could not load {GRAPH_FILE}: {exc}") from exc
+                self._failed = ReaderUnavailableError(f"span reader: could not load {GRAPH_FILE}: {exc}",
+                                                      stage="generate")
+                raise self._failed from exc
 
     def read(self, question: str, passage: str, within: int | None = None) -> SpanReading:
         self.load()
-        encoding = self._tokenizer.encode(question, passage)
-        ids = np.array([encoding.ids], dtype=np.int64)
         try:
+            encoding = self._tokenizer.encode(question, passage)
+            ids = np.array([encoding.ids], dtype=np.int64)
             start, end = self._session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids),
                                                   "token_type_ids": np.array([encoding.type_ids], dtype=np.int64)})
-        except Exception as exc:  # noqa: BLE001 - ORT raises its own types
-            raise ProviderError(f"span reader: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - the tokenizer and ORT raise their own types
+            raise ProviderError(f"span reader: could not read this input: {exc}", stage="generate") from exc
         limit = len(passage) if within is None else within
         allowed = np.array([seq == 1 and offset[0] < limit
                             for seq, offset in zip(encoding.sequence_ids, encoding.offsets, strict=True)])

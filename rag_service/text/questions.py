@@ -38,13 +38,15 @@ _CAPITALISED = re.compile(r"\b[A-Z][A-Za-z0-9'.-]*|\b\d[\d,.]*\b")
 
 
 # A question asks with a question mark, or, typed into a search box without one: with a question
-# word among its first three words ("in what year ..."), an auxiliary or "name" first ("is it ...",
-# "name a ..."), a question word that is rarely a relative one anywhere ("the castle was named
-# after whom"), or a question word last ("... can be traced to where").
-_ASKS = re.compile(r"^\W*(?:\S+\s+){0,2}(who|whom|whose|what|which|when|where|why|how)\b|"
+# word first, or after a first preposition ("in what year ..."); with an auxiliary or "name" first
+# ("is it ...", "name a ..."); with "what" or "how many/much/..." anywhere ("for a field f, what
+# would be ..."); or with a question word last ("... can be traced to where"). "who", "which",
+# "whose" and "whom" elsewhere are mostly relative pronouns ("patients who smoke").
+_ASKS = re.compile(r"^\W*((in|on|at|of|for|from|by|with|to|during|after|before|since|under|between|among|"
+                   r"according to)\s+)?(who|whom|whose|what|which|when|where|why|how)\b|"
                    r"^\W*(is|are|was|were|do|does|did|can|could|should|would|will|has|have|had|name)\b|"
-                   r"\b(what|whom|whose|how (many|much|long|old|far|big|large))\b|"
-                   r"\b(who|which|when|where|why|how)\W*$", re.I)
+                   r"\b(what|how (many|much|long|old|far|big|large))\b|"
+                   r"\b(who|whom|whose|what|which|when|where|why|how)\W*$", re.I)
 
 
 def is_question(text: str) -> bool:

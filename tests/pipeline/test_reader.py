@@ -12,7 +12,14 @@ import pytest
 
 from rag_service.domain import Candidate, SearchHit, SpanReading
 from rag_service.errors import ProviderError
-from rag_service.pipeline.generation.answerability import ALIGNED_FEATURES, FEATURES, default_model
+from rag_service.pipeline.generation.answerability import (
+    ALIGNED_FEATURES,
+    FEATURES,
+    READER_GAP_LIMIT,
+    Evidence,
+    default_model,
+    features,
+)
 from rag_service.pipeline.generation.extractive import ExtractiveGenerator, reader_input
 from rag_service.pipeline.generation.read_answers import (
     THRESHOLD_FILE,
@@ -20,7 +27,15 @@ from rag_service.pipeline.generation.read_answers import (
     reader_short_answer,
     shipped_threshold,
 )
-from rag_service.providers.reader import GRAPH_FILE, MAX_ANSWER_TOKENS, best_span, default_reader
+from rag_service.providers.reader import (
+    GRAPH_FILE,
+    MAX_ANSWER_TOKENS,
+    NOTHING_READ,
+    OnnxSpanReader,
+    ReaderUnavailableError,
+    best_span,
+    default_reader,
+)
 from rag_service.text.questions import is_question
 
 PANTHERS = ("The Panthers defense gave up just 308 points, ranking sixth in the league. Pro Bowl defensive tackle "
@@ -52,7 +67,8 @@ def test_the_shipped_reader_finds_the_answer_and_says_when_the_passage_has_none(
     assert holds.text == PANTHERS[holds.start:holds.end] and "308" in holds.text and holds.gap > 0
     lacks = reader.read("What is the boiling point of mercury on Mars in 1850?", PANTHERS)
     assert lacks.gap < 0 < holds.gap and lacks.probability < holds.probability
-    # It reads as the service gives it a passage: the best sentence and the next, the span in the first.
+    # It finds the answer in a passage that starts with the answer's sentence (it was trained on a
+    # sentence and the next; the service gives it the best sentence alone).
     pair = PANTHERS[PANTHERS.index("Pro Bowl"):]
     found = reader.read("Who led the team in sacks?", pair, within=pair.index(". ") + 1)
     assert found.text == "Kawann Short" and found.gap > 0
@@ -98,20 +114,43 @@ async def test_the_generator_reads_with_the_reader_and_goes_on_without_it_when_i
     assert generator.extract(question, [], context).answerability == answer.answerability  # the same, synchronously
 
     class Broken:
-        calls = 0
+        def __init__(self, error: ProviderError) -> None:
+            self.error, self.calls = error, 0
 
         def read(self, question, passage, within=None):  # noqa: ANN001, ANN201
-            Broken.calls += 1
-            raise ProviderError("span reader: could not load span_reader-int8.onnx", stage="generate")
+            self.calls += 1
+            raise self.error
 
         async def read_async(self, question, passage, within=None):  # noqa: ANN001, ANN201
             return self.read(question, passage, within)
 
-    broken = ExtractiveGenerator(reader=Broken())
-    first, again = await broken.generate(question, [], context), await broken.generate(question, [], context)
     without = ExtractiveGenerator().extract(question, [], context)
-    assert Broken.calls == 1 and "reader_gap" not in first.answerability
-    assert first.answerability == again.answerability == without.answerability
+    # A reader that cannot run at all is asked once; one that could not read an input, at every answer.
+    unloaded = Broken(ReaderUnavailableError("span reader: could not load span_reader-int8.onnx"))
+    one_input = Broken(ProviderError("span reader: could not read this input"))
+    for reader, calls in ((unloaded, 1), (one_input, 2)):
+        broken = ExtractiveGenerator(reader=reader)
+        first, again = await broken.generate(question, [], context), await broken.generate(question, [], context)
+        assert reader.calls == calls and "reader_gap" not in first.answerability
+        assert first.answerability == again.answerability == without.answerability
+
+
+async def test_a_question_too_long_for_the_reader_is_cut_not_refused() -> None:
+    """The reader reads at most 160 tokens: a question that long leaves the sentence no room unless
+    the question is cut too (the tokenizer refuses to cut the passage alone)."""
+    question = "Considering everything said about the defense " * 40 + "who led the team in sacks?"
+    reading = default_reader().read(question, PANTHERS)
+    assert reading.text in PANTHERS
+    answer = await ExtractiveGenerator(reader=default_reader()).generate(question, [], [candidate(PANTHERS, "p")])
+    assert "reader_gap" in answer.answerability
+
+
+def test_a_failed_load_is_remembered(tmp_path) -> None:  # noqa: ANN001
+    reader = OnnxSpanReader(tmp_path / "missing.onnx")
+    for _ in range(2):
+        with pytest.raises(ReaderUnavailableError, match="could not load"):
+            reader.read("Who?", "Nobody.")
+    assert reader._failed is not None  # the second raise is the remembered error, not a second load
 
 
 def test_a_question_in_parts_is_not_read() -> None:
@@ -135,6 +174,8 @@ def test_a_question_in_parts_is_not_read() -> None:
     ("Name a player who led the team in sacks.", True),
     ("A20 can act as a tumor suppressor.", False),  # a claim
     ("Statins reduce mortality in patients who have heart failure.", False),  # "who" as a relative pronoun
+    ("Patients whose tumours express HER2 respond to trastuzumab.", False),
+    ("Genes which control growth", False),
     ("error E-4012", False),
     ("kneading time bread", False),
 ])
@@ -151,3 +192,13 @@ def test_a_statement_is_not_read() -> None:
     assert reader_input(generator.select(claim, [], context), []) is None
     answer = generator.extract(claim, [], context)
     assert "reader_gap" not in answer.answerability and answer.short_answer is None
+
+
+@pytest.mark.parametrize("gap, read", [(NOTHING_READ.gap, -READER_GAP_LIMIT), (40.0, READER_GAP_LIMIT), (3.5, 3.5),
+                                       (None, None)])
+def test_the_models_read_the_gap_clipped_and_nothing_when_unread(gap: float | None, read: float | None) -> None:
+    evidence = Evidence(question="Who led the team in sacks?", best_sentence=PANTHERS, best_chunk=PANTHERS,
+                        best_coverage=0.5, other_coverage=0.0, context=[PANTHERS], idf={}, cosines=[],
+                        reader_gap=gap)
+    value = features(evidence)[FEATURES.index("reader_gap")]
+    assert (np.isnan(value) if read is None else value == read)

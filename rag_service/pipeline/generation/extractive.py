@@ -30,7 +30,7 @@ from rag_service.pipeline.generation.spans import (
 )
 from rag_service.pipeline.generation.tokens import TokenSink
 from rag_service.providers.embeddings import TokenEncoder
-from rag_service.providers.reader import SpanReader
+from rag_service.providers.reader import ReaderUnavailableError, SpanReader
 from rag_service.providers.syntax import SyntaxParser
 from rag_service.text.citations import verify_claims
 from rag_service.text.questions import is_question
@@ -203,10 +203,14 @@ class ExtractiveGenerator:
             return selection
 
     def _reader_failed(self, exc: ProviderError) -> None:
-        # The models without the reader's gap then decide (it reads as unknown), and a reader that
-        # failed is not asked again by this generator (a graph that did not load will not load).
+        # This answer is judged without the reader's gap (it reads as unknown). A reader that cannot
+        # run at all is not asked again by this generator (a graph that did not load will not
+        # load); one that could not read this input is asked again for the next.
+        if not isinstance(exc, ReaderUnavailableError):
+            log.warning("span reader skipped for this answer: %s", exc)
+            return
         if self._reader is not None:
-            log.error("span reader off for this process: %s", exc)
+            log.error("span reader off for this pipeline: %s", exc)
         self._reader = None
 
     def _wants_parse(self, selection: Selection | None, assessment: Assessment | None,
@@ -390,7 +394,7 @@ def confirm_decline(answer: GeneratedAnswer, assessment: Assessment | None, abst
     probability as its confidence and no short answer. Where they read the evidence as answering, the
     reply is taken as an answer that cites nothing, so it is graded (and queued for review) as such
     answers always were: a reply that answers without citing must not pass as an abstention,
-    ungraded. The price: these models abstain on about 70% of questions whose paragraph is missing
+    ungraded. The price: these models abstain on about 78% of questions whose paragraph is missing
     (docs/benchmarks.md), so an honest decline is overruled, and reviewed, in the other cases."""
     if answer.answered:
         return answer
