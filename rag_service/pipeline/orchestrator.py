@@ -51,7 +51,8 @@ from rag_service.pipeline.collaborators import (
 from rag_service.pipeline.config import PipelineConfig
 from rag_service.pipeline.evaluation import AnswerEvaluator, Graded, contexts_of
 from rag_service.pipeline.executor import EventSink, Executor, Fallback, Plan, RetryPolicy, Step, no_events
-from rag_service.pipeline.generation.extractive import ExtractiveGenerator, confirm_decline
+from rag_service.pipeline.generation.declines import confirm_decline
+from rag_service.pipeline.generation.extractive import ExtractiveGenerator
 from rag_service.pipeline.guardrails import InputCheck, OutputRejectedError, check_input, check_output
 from rag_service.pipeline.intent import IntentParser
 from rag_service.pipeline.intent_llm import RULES_UNSURE_BELOW, refine_with_llm

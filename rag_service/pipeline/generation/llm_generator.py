@@ -2,7 +2,7 @@
 validated with pydantic and retried with the validation error fed back (at most 3 tries), the
 answer streamed as it is written, every citation resolved and every cited claim checked. A reply
 that cites nothing is the prompt's "the passages do not contain the answer" (outcome no_answer once
-the pipeline has checked it against the answerability models: extractive.confirm_decline)."""
+the pipeline has checked it against the answerability models: declines.confirm_decline)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from rag_service.domain import Candidate, Citation, GeneratedAnswer
 from rag_service.domain.prompts import PromptVersion
 from rag_service.errors import ProviderError
-from rag_service.pipeline.generation.extractive import closest_sources
+from rag_service.pipeline.generation.declines import closest_sources
 from rag_service.pipeline.generation.spans import short_answer
 from rag_service.pipeline.generation.tokens import TokenSink
 from rag_service.prompts.registry import Prompt, PromptRegistry
@@ -168,7 +168,7 @@ class LLMGenerator:
             ))
         # The prompt's contract: where the passages do not hold the answer, say so and cite nothing.
         # Such a reply is reported as the extractive abstention is (outcome no_answer, the nearest
-        # passages to look at) once the pipeline has checked it (extractive.confirm_decline), which
+        # passages to look at) once the pipeline has checked it (declines.confirm_decline), which
         # may instead read it as an uncited answer: hence its claims and short answer.
         declined = not cited_numbers(parsed.answer) and not parsed.citations
         return GeneratedAnswer(
