@@ -34,6 +34,7 @@ from rag_service.db.repos.prompts import PromptRepository
 from rag_service.db.repos.reviews import ReviewRepository
 from rag_service.db.repos.server import ServerInfoRepository
 from rag_service.db.repos.traces import TraceRepository
+from rag_service.domain import QueryTrace
 from rag_service.domain.costs import Prices
 from rag_service.domain.prompts import PRODUCTION
 from rag_service.domain.status import DatabaseStatus, EmbeddingStatus, ServiceStatus
@@ -186,6 +187,13 @@ class Runtime:
     @cached_property
     def traces(self) -> TraceRepository:
         return TraceRepository(self.db)
+
+    async def query_trace(self, query_id: uuid.UUID) -> QueryTrace:
+        """The stored trace of ``query_id``, waiting for it when this process's pipeline is still
+        writing it (traces are written after the answer); NotFoundError when there is none."""
+        if "pipeline" in self.__dict__:  # a process that has answered nothing has no write in flight
+            await self.pipeline.trace_written(query_id)
+        return await self.traces.get(query_id)
 
     @cached_property
     def metrics(self) -> ServiceMetrics:

@@ -125,7 +125,7 @@ async def put_guidelines(body: GuidelinesUpdate, runtime: RuntimeDep, caller: Ad
             responses={404: {"description": "No such trace (unknown, someone else's, or past retention)"}},
             **role("reader"))
 async def query_trace(query_id: uuid.UUID, runtime: RuntimeDep, caller: ReaderDep) -> QueryTrace:
-    trace = await runtime.traces.get(query_id)
+    trace = await runtime.query_trace(query_id)
     own = caller.local or trace.api_key_id == caller.key_id
     # Not this key's to read: 404, as for an unknown id (a 403 would confirm the query exists).
     if (not own and not caller.can("reviewer")) or not caller.scope.covers(trace.collection) \

@@ -193,7 +193,7 @@ def traces_show(query_id: Annotated[str, typer.Argument(help="The query_id an an
     wanted = parse_id(query_id, "a query id (query_id in an answer)")
 
     async def work(runtime: Runtime) -> dict:
-        return (await runtime.traces.get(wanted)).model_dump(mode="json")
+        return (await runtime.query_trace(wanted)).model_dump(mode="json")
 
     found = run_with_runtime(work)
     if as_json:

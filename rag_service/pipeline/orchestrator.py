@@ -216,8 +216,14 @@ class QueryPipeline:
             return None
 
     async def drain(self, timeout_s: float | None = None) -> None:
-        """Wait for LLM gradings still running after delivery (shutdown, one-shot CLI runs)."""
-        await self._late.drain(timeout_s)
+        """Wait for LLM gradings and trace writes still running after delivery (shutdown, one-shot
+        CLI runs); ``timeout_s`` for each."""
+        await self._late.drain(timeout_s)  # first: their grades update the traces
+        await self._reporting.drain(timeout_s)
+
+    async def trace_written(self, query_id: uuid.UUID) -> None:
+        """Return once the trace of ``query_id`` is no longer being written (it is written after the answer)."""
+        await self._reporting.written(query_id)
 
     async def _parse(self, request: QueryRequest, question: str, now: datetime) -> Intent:
         turns = (await self._log.turns(request.conversation_id, request.collection, request.principals,
