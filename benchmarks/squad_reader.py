@@ -3,6 +3,8 @@ the service reads answers with (providers/reader.py; docs/benchmarks.md).
 
     .venv/bin/python -m benchmarks.train_answerability      # first: saves the XQuAD examples
     .venv/bin/python -m benchmarks.squad_reader train [--questions 20000] [--layers 6] [--sentences 2] [--name latest]
+    .venv/bin/python -m benchmarks.squad_reader reconstruct [--name shipped]   # the shipped graph as a checkpoint
+    .venv/bin/python -m benchmarks.squad_reader train --init shipped --after 20000 --questions 20000 --name more
     .venv/bin/python -m benchmarks.squad_reader report [--checkpoint latest]
     .venv/bin/python -m benchmarks.squad_reader export [--checkpoint latest]     # the int8 graph the package ships
     .venv/bin/python -m benchmarks.squad_reader threshold [--target 0.65]        # the short answers' threshold
@@ -30,6 +32,12 @@ each sampled SQuAD question it makes:
 A negative never holds an answer's text. ``--layers k`` keeps the lowest k of the six layers (a
 faster reader), ``--sentences 1`` trains on the sentence alone; ``--name`` picks the checkpoint's
 folder. (A 3-layer reader trained on single sentences read far worse: docs/benchmarks.md.)
+``--init NAME`` goes on training a checkpoint instead of starting from the wheel's model, and
+``--after N`` leaves out the N questions a run with ``--questions N`` sampled (the same seed), so
+a reader can be trained further on questions it has not seen.
+
+``reconstruct`` rebuilds the shipped graph's checkpoint (benchmarks/reader_checkpoint.py: a fresh
+checkout has no .bench-data) and checks that exporting it gives the graph's logits back.
 
 ``report`` reads every saved XQuAD example (``benchmarks.train_answerability``'s rows, the best
 passage the service selects in each setting) and prints the figures of ``benchmarks.reader_cv``:
@@ -122,13 +130,19 @@ def _pairs(context: str, sentences_per_passage: int = 2) -> list[tuple[int, int,
 
 
 def training_items(articles: list[dict], questions: int, same_paragraph: float, sibling: float,
-                   rng: np.random.Generator, sentences_per_passage: int = 2,
+                   rng: np.random.Generator, sentences_per_passage: int = 2, after: int = 0,
                    ) -> list[tuple[str, str, int | None, str | None, int]]:
     """(question, passage, answer's offset or None, answer, -1) for the reader's training; a passage
-    is a sentence and the next, or with ``sentences_per_passage`` 1 the sentence alone."""
+    is a sentence and the next, or with ``sentences_per_passage`` 1 the sentence alone. ``after``:
+    leave out the questions a run sampling ``after`` of them drew (seed 0, as ``train`` seeds)."""
     pool = [(a, p, q) for a, article in enumerate(articles) for p, para in enumerate(article["paragraphs"])
             for q in para["qas"]]
-    chosen = rng.choice(len(pool), size=min(questions, len(pool)), replace=False)
+    if after:
+        earlier = set(np.random.default_rng(0).choice(len(pool), size=min(after, len(pool)), replace=False).tolist())
+        rest = np.array([i for i in range(len(pool)) if i not in earlier], dtype=np.int64)
+        chosen = rng.choice(rest, size=min(questions, len(rest)), replace=False)
+    else:
+        chosen = rng.choice(len(pool), size=min(questions, len(pool)), replace=False)
     pairs_of: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
     words_of: dict[tuple[int, int], list[set[str]]] = {}  # each pair's content words, read once
 
@@ -187,11 +201,13 @@ def train(args: argparse.Namespace) -> None:
     torch.manual_seed(0)
     torch.set_num_threads(os.cpu_count() or 1)
     rng = np.random.default_rng(0)
-    items = training_items(squad_train(), args.questions, args.same_paragraph, args.sibling, rng, args.sentences)
+    items = training_items(squad_train(), args.questions, args.same_paragraph, args.sibling, rng, args.sentences,
+                           after=args.after)
     answerable = sum(i[2] is not None for i in items)
     print(f"{len(items)} training passages ({answerable} with an answer)", flush=True)
-    tokenizer = AutoTokenizer.from_pretrained(str(_model_dir()), local_files_only=True)
-    model = AutoModelForQuestionAnswering.from_pretrained(str(_model_dir()), local_files_only=True)
+    start = CHECKPOINTS / args.init if args.init else _model_dir()
+    tokenizer = AutoTokenizer.from_pretrained(str(start), local_files_only=True)
+    model = AutoModelForQuestionAnswering.from_pretrained(str(start), local_files_only=True)
     if args.layers < model.config.num_hidden_layers:
         # A shallower reader reads faster: keep the lowest layers (as the wheel has them) and the head.
         model.bert.encoder.layer = model.bert.encoder.layer[:args.layers]
@@ -250,6 +266,11 @@ def report(args: argparse.Namespace) -> None:
 
 
 def export(args: argparse.Namespace) -> None:
+    export_graph(CHECKPOINTS / args.checkpoint, args.output)
+    print(f"{args.output}: {args.output.stat().st_size / 1e6:.1f} MB", flush=True)
+
+
+def export_graph(checkpoint: Path, output: Path) -> None:
     """The checkpoint as the int8 ONNX graph the service reads with (providers/reader.py): exported
     with torch.onnx on a padded batch (so the attention mask stays live in the graph), then ONNX
     Runtime's dynamic quantisation of the weights to int8 (22.9 MB against 90 MB: the same short
@@ -261,8 +282,8 @@ def export(args: argparse.Namespace) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from transformers import AutoModelForQuestionAnswering
 
-    model = AutoModelForQuestionAnswering.from_pretrained(str(CHECKPOINTS / args.checkpoint),
-                                                          attn_implementation="eager", local_files_only=True).eval()
+    model = AutoModelForQuestionAnswering.from_pretrained(str(checkpoint), attn_implementation="eager",
+                                                          local_files_only=True).eval()
     ids = torch.ones((2, 16), dtype=torch.long)
     mask = torch.ones((2, 16), dtype=torch.long)
     mask[1, 8:] = 0
@@ -276,9 +297,32 @@ def export(args: argparse.Namespace) -> None:
                           dynamic_axes={name: axes for name in ("input_ids", "attention_mask", "token_type_ids",
                                                                  "start_logits", "end_logits")},
                           opset_version=17, dynamo=False)
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        quantize_dynamic(str(graph), str(args.output), weight_type=QuantType.QInt8)
-    print(f"{args.output}: {args.output.stat().st_size / 1e6:.1f} MB", flush=True)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        quantize_dynamic(str(graph), str(output), weight_type=QuantType.QInt8)
+
+
+def reconstruct(args: argparse.Namespace) -> None:
+    """The graph's checkpoint under CHECKPOINTS/NAME, then the check that exporting it gives the
+    graph back: both graphs read 200 XQuAD questions with their answers' sentences."""
+    import tempfile
+
+    from benchmarks.reader_checkpoint import reconstruct as rebuild
+    from rag_service.providers.reader import OnnxSpanReader
+
+    target = rebuild(args.graph, CHECKPOINTS / args.name)
+    with tempfile.TemporaryDirectory() as tmp:
+        again = Path(tmp) / "again.onnx"
+        export_graph(target, again)
+        shipped, exported = OnnxSpanReader(args.graph), OnnxSpanReader(again)
+        worst = 0.0
+        for row in xquad_rows()[:200]:
+            sentence = next((s.text for s in split_sentences(row["context"]) if row["answers"][0] in s.text),
+                            row["context"][:400])
+            a, b = shipped.read(row["question"], sentence), exported.read(row["question"], sentence)
+            worst = max(worst, abs(a.gap - b.gap), abs(a.probability - b.probability))
+            if a.text != b.text:
+                raise SystemExit(f"{target}: exported again, it reads {b.text!r} where the graph reads {a.text!r}")
+    print(json.dumps({"checkpoint": str(target), "largest_difference_in_gap_or_probability": worst}), flush=True)
 
 
 def dev_readings(articles: list[dict], questions: int, graph: Path | None) -> list[tuple[float, bool, bool]]:
@@ -370,6 +414,12 @@ def main() -> None:
     t.add_argument("--sentences", type=int, choices=(1, 2), default=2,
                    help="sentences per passage: the answer's sentence and the next, or it alone (a faster read)")
     t.add_argument("--name", default="latest", help=f"the checkpoint's folder under {CHECKPOINTS}")
+    t.add_argument("--init", default=None, help=f"go on training this checkpoint (a folder under {CHECKPOINTS})")
+    t.add_argument("--after", type=int, default=0,
+                   help="leave out the questions a run with --questions AFTER sampled (train on new ones)")
+    c = sub.add_parser("reconstruct", help="rebuild the shipped graph's checkpoint (to train it further)")
+    c.add_argument("--graph", type=Path, default=SHIPPED, help="the reader's int8 graph")
+    c.add_argument("--name", default="shipped", help=f"the checkpoint's folder under {CHECKPOINTS}")
     r = sub.add_parser("report", help="read XQuAD's saved examples with a checkpoint")
     r.add_argument("--checkpoint", default="latest", help=f"a folder under {CHECKPOINTS}")
     r.add_argument("--data-dir", type=Path, default=BENCH_DATA / "xquad", help="the data dir train_answerability used")
@@ -384,7 +434,8 @@ def main() -> None:
                    help="where the threshold is written (the service reads the package's)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    {"train": train, "report": report, "export": export, "threshold": threshold}[args.command](args)
+    {"train": train, "report": report, "export": export, "threshold": threshold,
+     "reconstruct": reconstruct}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -87,3 +87,39 @@ def test_single_sentence_passages_hold_the_answers_sentence_alone() -> None:
     (_, passage, at, answer, _), (_, negative, none, _, _) = items
     assert passage == "Its length is 1,230 km." and passage[at:at + len(answer)] == "1,230 km"
     assert none is None and negative in ("The Rhine rises in the Alps.", "It flows north to the sea.")
+
+
+def test_training_on_after_leaves_out_the_questions_an_earlier_run_sampled() -> None:
+    many = {"title": "Numbers", "paragraphs": [
+        {"context": f"Item {i} is numbered {i}.",
+         "qas": [{"id": f"q{i}", "question": f"What is item {i} numbered?",
+                  "answers": [{"text": str(i), "answer_start": len(f"Item {i} is numbered ")}]}]}
+        for i in range(40)]}
+
+    def asked(questions: int, after: int = 0) -> set[str]:
+        return {item[0] for item in training_items([many], questions=questions, same_paragraph=0.0, sibling=0.0,
+                                                   rng=np.random.default_rng(0), after=after)}
+
+    earlier, later = asked(15), asked(15, after=15)
+    assert len(earlier) == len(later) == 15 and not earlier & later
+    assert asked(25, after=15) == asked(40) - earlier  # all the rest, when there are no more
+
+
+def test_the_shipped_graph_gives_every_parameter_of_the_reader() -> None:
+    import onnx
+    from transformers import BertConfig, BertForQuestionAnswering
+
+    from benchmarks.reader_checkpoint import state_dict
+    from benchmarks.squad_reader import SHIPPED
+    from rag_service.providers.local_onnx import _model_dir
+
+    config = BertConfig.from_pretrained(str(_model_dir()), local_files_only=True)
+    config.num_labels = 2
+    wanted = {name: tuple(p.shape) for name, p in BertForQuestionAnswering(config).state_dict().items()
+              if not name.endswith("position_ids")}
+    found = state_dict(onnx.load(str(SHIPPED)))
+    assert {name: value.shape for name, value in found.items()} == wanted
+    # The int8 matrices come back as floats on their scale's grid (at most 127 steps from zero).
+    query = found["bert.encoder.layer.0.attention.self.query.weight"]
+    steps = np.abs(query).max() / 127
+    assert query.dtype == np.float32 and np.allclose(query / steps, np.round(query / steps), atol=1e-3)

@@ -1,0 +1,83 @@
+"""The span reader's trainable checkpoint, rebuilt from the int8 graph the package ships.
+
+Training checkpoints live under .bench-data, which a fresh checkout does not have, and the reader
+took an hour of these two cores to train. The shipped graph holds every weight: the int8 matrices
+with their scales (symmetric, one scale per matrix) and the rest (biases, layer norms) in full
+precision. Dequantised, they make a checkpoint that ``squad_reader train --init`` can go on
+training from, and that ``squad_reader export`` turns back into the same graph: dynamic
+quantisation of a matrix whose largest magnitude is 127 times its old scale picks that scale again,
+and so the same int8 values (``squad_reader reconstruct`` checks the logits on XQuAD questions).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# The quantiser's names: "<weight>_quantized", "<weight>_scale", "<weight>_zero_point".
+_QUANT_PART = re.compile(r"_(quantized|scale|zero_point)$")
+# A quantised MatMul's output is named after the torch module it came from.
+_MODULE_OUTPUT = re.compile(r"^/(?P<module>.+)/MatMul_output_0_output_quantized$")
+
+
+def dequantised(initialisers: dict[str, np.ndarray], weight: str) -> np.ndarray:
+    """``weight``'s float values from its int8 matrix, scale and zero point (pure)."""
+    q = initialisers[f"{weight}_quantized"].astype(np.float32)
+    return (q - initialisers[f"{weight}_zero_point"].astype(np.float32)) * initialisers[f"{weight}_scale"]
+
+
+def state_dict(graph: Any) -> dict[str, np.ndarray]:
+    """BertForQuestionAnswering's parameters, by name, from an int8 ONNX graph (an onnx.ModelProto)
+    exported by ``squad_reader export``. Pure but for reading the proto."""
+    from onnx import numpy_helper
+
+    initialisers = {i.name: numpy_helper.to_array(i) for i in graph.graph.initializer}
+    state = {name: value.copy() for name, value in initialisers.items()
+             if not _QUANT_PART.search(name) and name.startswith(("bert.", "qa_outputs."))}
+    for table in ("word_embeddings", "token_type_embeddings", "position_embeddings"):
+        name = f"bert.embeddings.{table}.weight"
+        state[name] = dequantised(initialisers, name)
+    for node in graph.graph.node:
+        if node.op_type != "MatMulInteger":
+            continue
+        found = _MODULE_OUTPUT.match(node.output[0])
+        if found is None:
+            raise ValueError(f"a quantised MatMul not named after its module: {node.output[0]}")
+        module = found["module"].replace("/", ".")
+        # ONNX multiplies by the matrix (in, out); torch's Linear keeps (out, in).
+        state[f"{module}.weight"] = dequantised(initialisers, node.input[1].removesuffix("_quantized")).T.copy()
+    return state
+
+
+def reconstruct(graph_path: Path, target: Path) -> Path:
+    """Write the checkpoint of ``graph_path`` to ``target`` (model, tokenizer, progress.json)."""
+    import hashlib
+
+    import onnx
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForQuestionAnswering
+
+    from rag_service.providers.local_onnx import _model_dir
+
+    config = BertConfig.from_pretrained(str(_model_dir()), attn_implementation="eager", local_files_only=True)
+    config.num_labels = 2
+    graph = onnx.load(str(graph_path))
+    layers = {int(m[1]) for n in graph.graph.initializer if (m := re.match(r"bert\.encoder\.layer\.(\d+)\.", n.name))}
+    config.num_hidden_layers = len(layers)
+    model = BertForQuestionAnswering(config)
+    missing, unexpected = model.load_state_dict({k: torch.from_numpy(v) for k, v in state_dict(graph).items()},
+                                                strict=False)
+    # Only buffers the graph has no use for may be missing (position ids are recomputed).
+    missing = [name for name in missing if not name.endswith("position_ids")]
+    if missing or unexpected:
+        raise ValueError(f"the graph does not fit the reader: missing {missing}, unexpected {unexpected}")
+    target.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(target)
+    AutoTokenizer.from_pretrained(str(_model_dir()), local_files_only=True).save_pretrained(target)
+    digest = hashlib.sha256(graph_path.read_bytes()).hexdigest()[:16]
+    (target / "progress.json").write_text(json.dumps({"reconstructed_from": graph_path.name, "sha256": digest}))
+    return target
