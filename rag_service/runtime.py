@@ -190,7 +190,8 @@ class Runtime:
 
     async def query_trace(self, query_id: uuid.UUID) -> QueryTrace:
         """The stored trace of ``query_id``, waiting for it when this process's pipeline is still
-        writing it (traces are written after the answer); NotFoundError when there is none."""
+        writing it (traces are written after the answer); NotFoundError when there is none. Another
+        process (a replica, a CLI run) does not wait: there a trace a few ms old may not be found."""
         if "pipeline" in self.__dict__:  # a process that has answered nothing has no write in flight
             await self.pipeline.trace_written(query_id)
         return await self.traces.get(query_id)
@@ -321,6 +322,8 @@ class Runtime:
             self.embedder_error = None
 
     async def close(self) -> None:
+        if "pipeline" in self.__dict__:  # traces written after their answers (a no-op once drained)
+            await self.pipeline.drain(timeout_s=5)
         if "tracer" in self.__dict__ and self.tracer is not None:  # send what is queued, within a bound
             await asyncio.to_thread(self.tracer.close)
         if "prompt_repository" in self.__dict__:

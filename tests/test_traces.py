@@ -3,6 +3,8 @@ it, and its retention."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -72,3 +74,24 @@ async def test_traces_past_retention_are_deleted(client: TestClient, migrated_ur
     finally:
         await db.engine.dispose()
     assert client.get("/v1/queries/00000000-0000-0000-0000-000000000000/trace").status_code in (401, 404)
+
+
+def test_a_trace_read_right_after_its_answer_waits_for_the_write(client: TestClient,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # The trace is written after the answer has gone; a slow write must still be read, not 404.
+    write_s = 1.0
+    slow = TraceRepository.record_trace
+
+    async def record_slowly(self: TraceRepository, trace: object) -> None:
+        await asyncio.sleep(write_s)
+        await slow(self, trace)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(TraceRepository, "record_trace", record_slowly)
+    started = time.perf_counter()
+    answer = client.post("/v1/query", json={"question": "What raises the ocean tides twice a day?",
+                                            "collection": "kb"}).json()
+    assert time.perf_counter() - started < write_s  # the answer did not wait for its trace
+    trace = client.get(f"/v1/queries/{answer['query_id']}/trace")
+    assert trace.status_code == 200, trace.text
+    assert trace.json()["query_id"] == answer["query_id"]
+    assert time.perf_counter() - started >= write_s  # the read did

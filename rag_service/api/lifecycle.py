@@ -127,6 +127,6 @@ async def serving(settings: Settings) -> AsyncIterator[Services]:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
         await queue.close_async()
-        if "pipeline" in runtime.__dict__:  # late LLM gradings get a moment to store their grades
+        if "pipeline" in runtime.__dict__:  # late LLM gradings, then trace writes: up to 10 s each
             await runtime.pipeline.drain(timeout_s=10)
         await runtime.close()

@@ -122,7 +122,9 @@ async def put_guidelines(body: GuidelinesUpdate, runtime: RuntimeDep, caller: Ad
                         "evaluation. The question is PII-masked. A reader key sees the traces of its own queries; "
                         "reviewers and admins see all within their collections and principals. Kept for "
                         "RAGSVC_TRACE_RETENTION_DAYS.",
-            responses={404: {"description": "No such trace (unknown, someone else's, or past retention)"}},
+            responses={404: {"description": "No such trace (unknown, someone else's, past retention, or not yet "
+                                            "stored: a trace is written just after its answer, and a replica "
+                                            "other than the one that answered does not wait for it)"}},
             **role("reader"))
 async def query_trace(query_id: uuid.UUID, runtime: RuntimeDep, caller: ReaderDep) -> QueryTrace:
     trace = await runtime.query_trace(query_id)

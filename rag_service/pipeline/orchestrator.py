@@ -197,7 +197,7 @@ class QueryPipeline:
         result.timings_ms = run.timings_ms()
         result.timings_ms["total"] = round((time.perf_counter() - started) * 1000, 2)
         await self._reporting.finished(request, checked.masked, result, events, api_key_id)
-        if grading.later is not None and graded is not None:  # after the trace is stored: the grades update it
+        if grading.later is not None and graded is not None:  # the grades wait for the trace write they update
             prompt = result.prompt or {}
             self._late.start(grading.later, graded, query_id=result.query_id, collection=request.collection,
                              question_hash=question_hash(checked.masked), prompt_name=prompt.get("name"),

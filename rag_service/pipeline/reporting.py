@@ -23,9 +23,11 @@ from rag_service.pipeline.results import trace_of
 
 log = logging.getLogger(__name__)
 
-# Trace writes still running past this many: the next answer waits for its own (a database that has
-# stalled holds back answers, as the log write does, rather than piling up tasks and traces).
-MAX_PENDING_WRITES = 256
+# Trace writes still running past this many: the next answer waits for its own. A slow or stalled
+# database then holds answers back, as the log write does, rather than piling up tasks, and the
+# writes never hold more than this many of the pool's connections (16 + 16 overflow by default)
+# ahead of live queries. At 35 answers/s and a few ms a write, about one is in flight.
+MAX_PENDING_WRITES = 8
 
 
 @dataclass
@@ -49,8 +51,9 @@ class QueryReporting:
     export: TraceExporter | None = None  # Langfuse, when its keys are set
     prices: Prices = field(default_factory=Prices)
     budget_s: float = 5.0  # the trace write, like the log write: a stalled database does not hold the answer
-    # The traces being written, by query id: the INSERT took about 3 ms of every answer's p95 when the
-    # answer waited for it (docs/benchmarks.md, "Cost of metrics, logs and traces").
+    # The traces being written, by query id. While answers waited for the INSERT, the time each
+    # request spent outside the pipeline was 2.7-3.0 ms longer at p95 (the round trip's p95 fell by
+    # 1.2-1.6 ms when it stopped: docs/benchmarks.md, "Cost of metrics, logs and traces").
     _writes: dict[uuid.UUID, asyncio.Task[None]] = field(default_factory=dict, init=False, repr=False,
                                                          compare=False)
 
