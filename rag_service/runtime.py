@@ -170,9 +170,13 @@ class Runtime:
     @cached_property
     def pipeline(self) -> QueryPipeline:
         """The query pipeline (guardrails, intent, router, retrieval, generation) for this process."""
-        reporting = QueryReporting(observe=self.metrics.observe_query, traces=self.traces, export=self.tracer,
-                                   prices=self.prices, budget_s=PipelineConfig().persist_budget_s)
-        return self.build_pipeline(self.query_log, self.prompts, self.guidelines, reporting=reporting)
+        return self.build_pipeline(self.query_log, self.prompts, self.guidelines, reporting=self.reporting)
+
+    @cached_property
+    def reporting(self) -> QueryReporting:
+        """Who hears of each query this process's pipeline finishes: metrics, stored traces, Langfuse."""
+        return QueryReporting(observe=self.metrics.observe_query, traces=self.traces, export=self.tracer,
+                              prices=self.prices, budget_s=PipelineConfig().persist_budget_s)
 
     @cached_property
     def tracer(self) -> LangfuseTracer | None:
@@ -192,8 +196,8 @@ class Runtime:
         """The stored trace of ``query_id``, waiting for it when this process's pipeline is still
         writing it (traces are written after the answer); NotFoundError when there is none. Another
         process (a replica, a CLI run) does not wait: there a trace a few ms old may not be found."""
-        if "pipeline" in self.__dict__:  # a process that has answered nothing has no write in flight
-            await self.pipeline.trace_written(query_id)
+        if "reporting" in self.__dict__:  # a process that has answered nothing has no write in flight
+            await self.reporting.written(query_id)
         return await self.traces.get(query_id)
 
     @cached_property

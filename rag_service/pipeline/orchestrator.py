@@ -35,7 +35,6 @@ from rag_service.domain import (
     RetrievalRequest,
     RetrievalResult,
     RouteDecision,
-    SearchRequest,
     no_such_collection,
 )
 from rag_service.domain.prompts import PromptChoice, assignment_unit
@@ -67,9 +66,9 @@ from rag_service.pipeline.results import (
     lowest,
     merge_contexts,
     question_hash,
+    retrieval_scope,
     retrieval_summary,
 )
-from rag_service.pipeline.retrieval.search import to_retrieval_request
 from rag_service.pipeline.router import route
 from rag_service.providers.embeddings import TokenEncoder
 from rag_service.providers.llm import LLM, metered
@@ -138,7 +137,7 @@ class QueryPipeline:
             return check_input(request.question)
 
         checked: InputCheck = await run.run_step(Step("guardrails", "guardrails", guard))
-        retrieval_request = _scope(request, checked.text)  # filters/principals checked early (422)
+        retrieval_request = retrieval_scope(request, checked.text)  # filters/principals checked early (422)
         if not await self._collections.collection_exists(request.collection):
             raise NotFoundError(no_such_collection(request.collection))
 
@@ -220,10 +219,6 @@ class QueryPipeline:
         CLI runs); ``timeout_s`` for each."""
         await self._late.drain(timeout_s)  # first: their grades update the traces
         await self._reporting.drain(timeout_s)
-
-    async def trace_written(self, query_id: uuid.UUID) -> None:
-        """Return once the trace of ``query_id`` is no longer being written (it is written after the answer)."""
-        await self._reporting.written(query_id)
 
     async def _parse(self, request: QueryRequest, question: str, now: datetime) -> Intent:
         turns = (await self._log.turns(request.conversation_id, request.collection, request.principals,
@@ -399,9 +394,3 @@ class QueryPipeline:
         steps.append(dataclasses.replace(persist, depends_on=("evaluate",)))
         return Plan(tuple(steps))
 
-
-def _scope(request: QueryRequest, question: str) -> RetrievalRequest:
-    """The scope every retrieval of this query shares (validated: bad filters are a 422)."""
-    return to_retrieval_request(SearchRequest.model_construct(
-        query=question, collection=request.collection, filters=request.filters, principals=request.principals,
-        strategies=None, top_k=10, rerank=None, adaptive=None, expand_parents=False))

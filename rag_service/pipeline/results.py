@@ -1,5 +1,6 @@
-"""Pure pieces of answering a query: merging the parts' retrievals, narrowing dates to the
-question's time range, summarising retrieval for the result, and what the query log stores."""
+"""Pure pieces of answering a query: the scope its retrievals share, merging the parts'
+retrievals, narrowing dates to the question's time range, summarising retrieval for the result,
+and what the query log stores."""
 
 from __future__ import annotations
 
@@ -18,14 +19,17 @@ from rag_service.domain import (
     QueryRequest,
     QueryResult,
     QueryTrace,
+    RetrievalRequest,
     RetrievalResult,
     RetrievalSummary,
     ReviewTier,
+    SearchRequest,
     TimeRangeModel,
     TraceCandidate,
 )
 from rag_service.pipeline.evaluation import Graded
 from rag_service.pipeline.guardrails import mask_pii, mask_pii_deep
+from rag_service.pipeline.retrieval.search import to_retrieval_request
 from rag_service.review.gate import trigger_for
 
 
@@ -177,3 +181,10 @@ def trace_of(request: QueryRequest, masked_question: str, result: QueryResult, r
         prompt=mask_pii_deep(result.prompt) if result.prompt else None, fallback_reason=result.fallback_reason,
         llm_tokens=result.llm_tokens,
         evaluation=masked_report(result.evaluation) if result.evaluation is not None else None)
+
+
+def retrieval_scope(request: QueryRequest, question: str) -> RetrievalRequest:
+    """The scope every retrieval of this query shares (validated: bad filters are a 422)."""
+    return to_retrieval_request(SearchRequest.model_construct(
+        query=question, collection=request.collection, filters=request.filters, principals=request.principals,
+        strategies=None, top_k=10, rerank=None, adaptive=None, expand_parents=False))

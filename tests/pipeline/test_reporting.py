@@ -42,24 +42,24 @@ def traced_pipeline(traces: GatedTraces) -> tuple[QueryPipeline, QueryReporting]
 
 async def test_the_answer_does_not_wait_for_its_trace_and_a_read_does() -> None:
     traces = GatedTraces()
-    pipe, _ = traced_pipeline(traces)
+    pipe, reporting = traced_pipeline(traces)
     result = await asyncio.wait_for(pipe.run(ask("How long should the dough rise?")), 5)
     assert traces.written == []  # answered while its trace could not yet be written
-    reader = asyncio.create_task(pipe.trace_written(result.query_id))
+    reader = asyncio.create_task(reporting.written(result.query_id))
     await asyncio.sleep(0.01)
     assert not reader.done()
     traces.gate.set()
     await asyncio.wait_for(reader, 5)
     assert traces.written == [result.query_id]
-    await pipe.trace_written(uuid.uuid4())  # a trace not being written: nothing to wait for
+    await reporting.written(uuid.uuid4())  # a trace not being written: nothing to wait for
 
 
 async def test_a_reader_that_gives_up_does_not_cancel_the_write() -> None:
     traces = GatedTraces()
-    pipe, _ = traced_pipeline(traces)
+    pipe, reporting = traced_pipeline(traces)
     result = await pipe.run(ask("How long should the dough rise?"))
     with pytest.raises(TimeoutError):
-        await asyncio.wait_for(pipe.trace_written(result.query_id), 0.01)
+        await asyncio.wait_for(reporting.written(result.query_id), 0.01)
     traces.gate.set()
     await pipe.drain(timeout_s=5)
     assert traces.written == [result.query_id]
