@@ -21,8 +21,8 @@ from ingestion.pipeline import IngestOptions
 from rag_service.api import create_app
 from rag_service.config import load_settings
 from rag_service.db.engine import Database
-from rag_service.db.repos.answers import forget_documents, forget_vanished
-from rag_service.db.repos.query_log import QueryLog
+from rag_service.db.repos.answers import forget_documents
+from rag_service.db.repos.query_log import QueryLog, write_entry
 from rag_service.domain import AnswerLogEntry, DocumentRecord, QueryLogEntry
 from rag_service.runtime import Runtime
 from rag_service.stores.pgvector import PgVectorStore
@@ -239,14 +239,8 @@ async def test_an_answer_logged_after_its_document_went_forgets_it(database: Dat
 async def test_a_delete_waits_for_an_answer_being_logged_and_then_forgets_it(database: Database) -> None:
     document, query_id = await _race_document(database), uuid.uuid4()
     store = PgVectorStore(database, ef_search=40)
-    async with database.begin() as logging:  # what QueryLog.record does, held open
-        await logging.execute(text("INSERT INTO queries (id, collection, question, outcome) "
-                                   "VALUES (:q, 'race', 'What is it?', 'answered')"), {"q": query_id})
-        await logging.execute(text(
-            "INSERT INTO answers (id, query_id, text, citations, generator) VALUES (:id, :q, 'It is that [1].', "
-            "CAST(:citations AS jsonb), 'llm')"),
-            {"id": uuid.uuid4(), "q": query_id, "citations": json.dumps(_logged(query_id, document).answer.citations)})
-        await forget_vanished(logging, query_id, [str(document)])
+    async with database.begin() as logging:  # QueryLog.record's transaction, held open
+        await write_entry(logging, _logged(query_id, document))
         deleting = asyncio.create_task(store.delete_document(document, before_delete=forget_documents))
         await asyncio.sleep(0.5)
         assert not deleting.done()  # it waits for the answer's commit

@@ -115,7 +115,7 @@ async def forget_documents(conn: AsyncConnection, document_ids: Sequence[uuid.UU
     quotes; stored traces mark the passages of those documents ``deleted`` (they hold no text).
 
     The documents are locked first (FOR UPDATE): an answer being logged meanwhile locks the
-    documents it cites (``forget_vanished``), so it either commits before the updates below read
+    documents it cites (``LOCK_CITED``), so it either commits before the updates below read
     the answers, or waits and then finds its documents gone."""
     if not document_ids:
         return
@@ -140,17 +140,15 @@ async def forget_documents(conn: AsyncConnection, document_ids: Sequence[uuid.UU
             {"collection": collection, "ids": uris, "mark": _FORGOTTEN_PASSAGE})
 
 
-async def forget_vanished(conn: AsyncConnection, query_id: uuid.UUID, document_ids: Sequence[str]) -> None:
-    """In the transaction logging answer ``query_id``: lock the documents it cites (FOR KEY SHARE,
-    so a delete waits for this commit and then forgets this answer too) and forget its citations
-    of those deleted while it was being answered."""
-    ids = sorted(set(document_ids))
-    if not ids:
-        return
-    present = set((await conn.execute(text(
-        "SELECT id::text FROM documents WHERE id = ANY(CAST(:ids AS uuid[])) ORDER BY id FOR KEY SHARE"),
-        {"ids": ids})).scalars())
-    if gone := [i for i in ids if i not in present]:
+# In the statement logging an answer: lock the documents it cites (FOR KEY SHARE, so a delete
+# waits for this commit and then forgets this answer too); the ones it returns are still there.
+LOCK_CITED = "SELECT id::text AS id FROM documents WHERE id = ANY(CAST(:cited AS uuid[])) ORDER BY id FOR KEY SHARE"
+
+
+async def forget_vanished(conn: AsyncConnection, query_id: uuid.UUID, gone: Sequence[str]) -> None:
+    """In the transaction logging answer ``query_id``, after ``LOCK_CITED`` found the documents
+    ``gone`` (deleted while it was being answered): forget its citations of them."""
+    if gone:
         await conn.execute(text(
             f"UPDATE answers SET citations = {_forgotten('citations', 'document_id')} WHERE query_id = :qid"),
-            {"ids": gone, "mark": _FORGOTTEN_CITATION, "qid": query_id})
+            {"ids": sorted(set(gone)), "mark": _FORGOTTEN_CITATION, "qid": query_id})
