@@ -50,7 +50,7 @@ async def seed_answer(db: Database, *, collection: str = "kb", question: str = "
                               generator="extractive", model=None, prompt_name=prompt_name,
                               prompt_version=prompt_version, timings={}, context=context or [], held=held),
         subject=None, question_hash=question_hash, evaluation=report, review=trigger, api_key_id=api_key_id)
-    await _cited_documents_exist(db, collection, citations or [])
+    await cited_documents_exist(db, collection, citations or [])
     await QueryLog(db).record(entry)
     async with db.connect() as conn:
         review_id = (await conn.execute(text("SELECT id FROM review_items WHERE query_id = :q"),
@@ -58,7 +58,7 @@ async def seed_answer(db: Database, *, collection: str = "kb", question: str = "
     return query_id, review_id
 
 
-async def _cited_documents_exist(db: Database, collection: str, citations: list[dict[str, Any]]) -> None:
+async def cited_documents_exist(db: Database, collection: str, citations: list[dict[str, Any]]) -> None:
     """The documents the citations name, created when missing: the pipeline cites only documents
     that exist, and the query log forgets citations of any deleted before the answer was logged."""
     if not citations:
