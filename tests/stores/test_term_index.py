@@ -9,12 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import event, select, text
 
 from benchmarks.datasets import scifact
 from rag_service.db.engine import Database
 from rag_service.domain import ChunkRecord, DocumentRecord, SearchFilter
-from rag_service.stores.pgvector import PgVectorStore
+from rag_service.stores.pgvector import PgVectorStore, term_index
 from rag_service.stores.pgvector.bm25 import _exact_scores, _slack
 from rag_service.stores.pgvector.term_index import FORMAT, K1, B, TermIndex
 from tests.stores.corpus import chunks_for, new_collection
@@ -294,6 +294,37 @@ async def test_auto_uses_the_index_only_for_large_collections(database: Database
         assert [h.text for h in hits] == ["gannet", "gannet gull"]
         assert (index.answered, index.fell_back) == (by_index, 0)
         assert any((tmp_path / str(min_chunks)).glob("*/*/state.json")) == bool(by_index)  # noqa: ASYNC240
+
+
+async def test_a_small_collection_is_not_asked_its_size_before_every_search(
+        database: Database, embed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below ``min_chunks`` a collection's size is looked up once per SMALL_RECHECK_S, not before
+    every search; grown past it meanwhile, it is still scored exactly (in SQL) until the next look."""
+    collection = new_collection()
+    writer = PgVectorStore(database)
+    await write_document(writer, collection, "g", ["gannet", "gannet gull", "gull"], embed)
+    index = TermIndex(database, tmp_path, build_in_background=False, min_chunks=4)
+    store, flt = PgVectorStore(database, term_index=index), SearchFilter(collection=collection)
+    looked_up: list[str] = []
+
+    def before(conn, cursor, statement: str, *args) -> None:  # noqa: ANN001, ANN002
+        if statement.lstrip().startswith("SELECT k.id"):
+            looked_up.append(statement)
+
+    event.listen(database.engine.sync_engine, "before_cursor_execute", before)
+    try:
+        for _ in range(3):
+            assert [h.text for h in await store.keyword_search("gannet", flt, 5)] == ["gannet", "gannet gull"]
+        assert len(looked_up) == 1
+        await write_document(writer, collection, "h", ["gannet gannet gannet"], embed)  # 4 chunks: large enough
+        hits = await store.keyword_search("gannet", flt, 5)
+        assert [h.text for h in hits][0] == "gannet gannet gannet" and len(hits) == 3
+        assert (len(looked_up), index.answered) == (1, 0)  # scored in SQL: the size was not asked again
+        monkeypatch.setattr(term_index, "SMALL_RECHECK_S", 0.0)
+        assert [h.text for h in await store.keyword_search("gannet", flt, 5)] == [h.text for h in hits]
+        assert (len(looked_up), index.answered) == (2, 1)  # looked again: now from the index
+    finally:
+        event.remove(database.engine.sync_engine, "before_cursor_execute", before)
 
 
 async def test_concurrent_searches_all_use_the_index(database: Database, scifact_rows, embed, tmp_path: Path) -> None:

@@ -64,7 +64,9 @@ class PgKeywordSearch(PgStoreBase):
         config = (await self.schema()).text_search_config
         restriction = web_search_restriction(query)
         # tantivy scores with k1 1.2 and b 0.75: only then are its scores bounds of these.
-        if self._term_index is not None and flt.collection is not None and not restriction and (k1, b) == (K1, B):
+        index = self._term_index
+        if (index is not None and flt.collection is not None and not restriction and (k1, b) == (K1, B)
+                and not index.known_small(flt.collection)):
             hits = await self._indexed_keyword_search(query, config, flt, top_k, k1, b)
             if hits is not None:
                 return hits
@@ -131,6 +133,7 @@ class PgKeywordSearch(PgStoreBase):
             return None
         collection_id, terms, n, avgdl = row
         if n < self._term_index.min_chunks:
+            self._term_index.found_small(flt.collection)
             return None
         index: TermIndex = self._term_index
         entry = await index.current(collection_id)
