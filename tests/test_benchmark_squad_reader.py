@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from benchmarks.reader_cv import abstention, short_answers
 from benchmarks.squad_reader import chosen_threshold, training_items
@@ -123,3 +124,26 @@ def test_the_shipped_graph_gives_every_parameter_of_the_reader() -> None:
     query = found["bert.encoder.layer.0.attention.self.query.weight"]
     steps = np.abs(query).max() / 127
     assert query.dtype == np.float32 and np.allclose(query / steps, np.round(query / steps), atol=1e-3)
+
+
+def test_a_distilled_reader_keeps_evenly_spaced_layers_the_first_and_the_last_among_them() -> None:
+    from benchmarks.reader_distill import kept_layers
+
+    assert kept_layers(6, 4) == [0, 2, 3, 5]
+    assert kept_layers(6, 3) == [0, 2, 5] and kept_layers(6, 6) == list(range(6)) and kept_layers(6, 1) == [0]
+    with pytest.raises(ValueError):
+        kept_layers(6, 7)
+
+
+def test_the_distillation_loss_is_zero_for_the_teachers_own_logits_and_ignores_padding() -> None:
+    import torch
+
+    from benchmarks.reader_distill import distillation_loss
+
+    teacher = torch.tensor([[2.0, 0.5, -1.0, 0.0], [0.0, 3.0, 1.0, 9.0]])
+    mask = torch.tensor([[True, True, True, True], [True, True, True, False]])  # the second row's last is padding
+    assert distillation_loss(teacher, teacher, mask, 2.0).item() == pytest.approx(0.0, abs=1e-6)
+    padded = teacher.clone()
+    padded[1, 3] = -50.0  # what the student says at padding does not count
+    assert distillation_loss(padded, teacher, mask, 2.0).item() == pytest.approx(0.0, abs=1e-6)
+    assert distillation_loss(teacher.flip(-1), teacher, mask, 2.0).item() > 0.1
