@@ -39,9 +39,9 @@ def distillation_loss(student_logits, teacher_logits, mask, temperature: float):
     """KL(teacher || student) over the positions ``mask`` keeps, at ``temperature``, times its square."""
     import torch
 
-    hidden = torch.finfo(student_logits.dtype).min
-    s = torch.log_softmax(student_logits.masked_fill(~mask, hidden) / temperature, dim=-1)
-    t = torch.softmax(teacher_logits.masked_fill(~mask, hidden) / temperature, dim=-1)
+    hidden = torch.finfo(student_logits.dtype).min  # masked after the division: finfo.min / T < 1 is -inf
+    s = torch.log_softmax((student_logits / temperature).masked_fill(~mask, hidden), dim=-1)
+    t = torch.softmax((teacher_logits / temperature).masked_fill(~mask, hidden), dim=-1)
     return torch.nn.functional.kl_div(s, t, reduction="batchmean") * temperature ** 2
 
 

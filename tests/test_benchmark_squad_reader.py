@@ -147,3 +147,4 @@ def test_the_distillation_loss_is_zero_for_the_teachers_own_logits_and_ignores_p
     padded[1, 3] = -50.0  # what the student says at padding does not count
     assert distillation_loss(padded, teacher, mask, 2.0).item() == pytest.approx(0.0, abs=1e-6)
     assert distillation_loss(teacher.flip(-1), teacher, mask, 2.0).item() > 0.1
+    assert torch.isfinite(distillation_loss(teacher.flip(-1), teacher, mask, 0.5))  # a temperature below 1 too

@@ -62,24 +62,40 @@ async def test_an_answer_with_its_grades_is_one_statement_and_all_of_it_is_store
     document = uuid.uuid4()
     cited = [citation(1, uuid.uuid4(), document)]
     await cited_documents_exist(database, "log", cited)
-    entry = _entry(citations=cited)
+    plain = _entry(citations=cited)
+    # Every column given a value (each goes through INSERT ... SELECT's typing of its parameter).
+    key, experiment = uuid.uuid4(), uuid.uuid4()
+    entry = plain.model_copy(update={
+        "resolved_question": "How do I reset my account password?", "principals": ["team-b", "team-a"],
+        "route": {"guideline": "default-answer"}, "guardrails": {"pii": ["email"]}, "api_key_id": key,
+        "outcome": "pending_review",
+        "evaluation": plain.evaluation.model_copy(update={"reasons": ["faithfulness: 0.40 < 0.80"]}),
+        "answer": plain.answer.model_copy(update={
+            "generator": "llm", "model": "small-model", "experiment_id": experiment, "variant": "b",
+            "experiment_unit": "conversation-7", "llm_tokens": {"prompt": 120, "completion": 30}, "held": True})})
     with _statements(database) as statements:
         await QueryLog(database).record(entry)
     assert len(statements) == 1 and statements[0].startswith("WITH logged_query AS (INSERT INTO queries"), statements
 
-    query = await _row(database, "SELECT question, outcome, intent, question_hash FROM queries WHERE id = :q",
-                       entry.query_id)
-    assert tuple(query) == ("How do I reset my password?", "answered", {"query_type": "factual"}, "h1")
-    answer = await _row(database, "SELECT text, short_answer, citations, timings_ms, context, prompt_name, held "
-                                  "FROM answers WHERE query_id = :q", entry.query_id)
+    query = await _row(database, "SELECT question, resolved_question, outcome, intent, route, guardrails, "
+                                 "question_hash, principals, api_key_id FROM queries WHERE id = :q", entry.query_id)
+    assert tuple(query) == ("How do I reset my password?", "How do I reset my account password?", "pending_review",
+                            {"query_type": "factual"}, {"guideline": "default-answer"}, {"pii": ["email"]}, "h1",
+                            ["team-a", "team-b"], key)
+    answer = await _row(database, "SELECT text, short_answer, citations, confidence, generator, model, prompt_name, "
+                                  "prompt_version, experiment_id, variant, experiment_unit, llm_tokens, timings_ms, "
+                                  "context, held FROM answers WHERE query_id = :q", entry.query_id)
     assert answer.text == "Reset it from the settings page [1]." and answer.short_answer == "the settings page"
     assert answer.citations == cited and "deleted" not in answer.citations[0]  # its document is there
+    assert (answer.confidence, answer.generator, answer.model) == (0.7, "llm", "small-model")
+    assert (answer.prompt_name, answer.prompt_version) == ("answer_extractive", 1)
+    assert (answer.experiment_id, answer.variant, answer.experiment_unit) == (experiment, "b", "conversation-7")
+    assert answer.llm_tokens == {"prompt": 120, "completion": 30} and answer.held is True
     assert answer.timings_ms == {"generate": 3.5} and answer.context[0]["score"] == 0.8
-    assert (answer.prompt_name, answer.held) == ("answer_extractive", False)
-    scores = await _row(database, "SELECT scorer, overall, needs_review, metrics FROM answer_scores "
+    scores = await _row(database, "SELECT scorer, overall, needs_review, reasons, metrics FROM answer_scores "
                                   "WHERE query_id = :q", entry.query_id)
     assert (scores.scorer, scores.overall, scores.needs_review) == ("local-v1", 0.55, False)
-    assert scores.metrics["faithfulness"]["value"] == 0.4
+    assert scores.reasons == ["faithfulness: 0.40 < 0.80"] and scores.metrics["faithfulness"]["value"] == 0.4
     assert await _row(database, "SELECT id FROM review_items WHERE query_id = :q", entry.query_id) is None
 
 

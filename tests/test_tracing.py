@@ -47,7 +47,11 @@ def client(databases, fake: FakeLangfuse) -> Iterator[TestClient]:
 
 
 def flushed(client: TestClient) -> None:
-    assert client.app.state.runtime.tracer.flush(30)
+    """Langfuse has what was queued: the traces are queued after the answers have gone, so first
+    wait for those tasks."""
+    runtime = client.app.state.runtime
+    client.portal.call(runtime.reporting.drain, 30)
+    assert runtime.tracer.flush(30)
 
 
 def trace_spans(fake: FakeLangfuse, trace_id: str) -> dict[str, dict]:

@@ -102,3 +102,24 @@ async def test_a_stalled_store_holds_answers_back_past_the_pending_limit(monkeyp
     result = await asyncio.wait_for(second, 5)
     await pipe.drain(timeout_s=5)
     assert result.query_id in traces.written and len(traces.written) == 2
+
+
+class KeptExports:
+    """A Langfuse exporter that keeps what it is handed: (trace id, whether it is the trace's root)."""
+
+    def __init__(self) -> None:
+        self.submitted: list[tuple[str, bool]] = []
+
+    def submit(self, record) -> None:  # noqa: ANN001 - a TraceRecord
+        self.submitted.append((record.trace_id, record.root is not None))
+
+
+async def test_the_langfuse_trace_is_queued_after_the_answer_and_before_its_late_grades() -> None:
+    exports = KeptExports()
+    reporting = QueryReporting(export=exports)  # Langfuse without a trace store
+    pipe = QueryPipeline(retriever=FakeRetriever(), collections=FakeCollections(), guidelines=FakeGuidelines(),
+                         query_log=FakeLog(), reporting=reporting)
+    result = await pipe.run(ask("How long should the dough rise?"))
+    assert exports.submitted == []  # built and queued once the answer has gone
+    await reporting.regraded(result.query_id, EvaluationReport(overall=0.5, metrics={}, needs_review=False))
+    assert exports.submitted == [(result.query_id.hex, True), (result.query_id.hex, False)]

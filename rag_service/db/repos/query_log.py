@@ -62,10 +62,11 @@ _QUERY_ROW = (
 _ANSWER_ROW = (
     "INSERT INTO answers (id, query_id, text, short_answer, citations, confidence, generator, model, prompt_name, "
     "prompt_version, experiment_id, variant, experiment_unit, llm_tokens, timings_ms, context, held) "
-    "SELECT :answer_id, id, :text, :short, :citations, :confidence, :generator, :model, :prompt_name, "
-    ":prompt_version, :experiment_id, :variant, :experiment_unit, :llm_tokens, :timings, :context, :held "
-    "FROM logged_query")
-_QUERY_JSON, _ANSWER_JSON = ("intent", "route", "guardrails"), ("citations", "timings", "context", "llm_tokens")
+    "SELECT :answer_id, id, :a_text, :a_short, :a_citations, :a_confidence, :a_generator, :a_model, :a_prompt_name, "
+    ":a_prompt_version, :a_experiment_id, :a_variant, :a_experiment_unit, :a_llm_tokens, :a_timings, :a_context, "
+    ":a_held FROM logged_query")
+# The answer's fields are bound with an "a_" prefix: one statement's parameters, none may shadow another's.
+_QUERY_JSON, _ANSWER_JSON = ("intent", "route", "guardrails"), ("a_citations", "a_timings", "a_context", "a_llm_tokens")
 
 
 async def write_entry(conn: AsyncConnection, entry: QueryLogEntry) -> None:
@@ -92,7 +93,7 @@ async def write_entry(conn: AsyncConnection, entry: QueryLogEntry) -> None:
     if entry.answer is not None:
         parts.append(f"logged_answer AS ({_ANSWER_ROW})")
         json_names += _ANSWER_JSON
-        params.update(answer_id=uuid.uuid4(), **entry.answer.model_dump())
+        params.update(answer_id=uuid.uuid4(), **{f"a_{k}": v for k, v in entry.answer.model_dump().items()})
         cited = sorted({str(c["document_id"]) for c in entry.answer.citations if c.get("document_id")})
     extra = []
     if entry.evaluation is not None:
