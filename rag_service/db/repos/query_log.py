@@ -53,7 +53,7 @@ class QueryLog:
 
 
 # The query, its answer and its local grades are written by one statement: each statement is a
-# round trip with the driver's and SQLAlchemy's work around it (0.5-0.8 ms each here), and the
+# round trip with the driver's and SQLAlchemy's work around it (0.4-0.8 ms each here), and the
 # four of them were most of the 4-5 ms the answer waited for its log (docs/benchmarks.md).
 _QUERY_ROW = (
     "INSERT INTO queries (id, conversation_id, collection, question, resolved_question, intent, route, guardrails, "
