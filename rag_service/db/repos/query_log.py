@@ -13,7 +13,7 @@ from sqlalchemy.sql.expression import bindparam
 from rag_service.db.engine import Database
 from rag_service.db.repos.answers import LOCK_CITED, forget_vanished
 from rag_service.db.repos.reviews import enqueue
-from rag_service.db.repos.scores import METRICS, SCORE_ROW, save_scores, score_params
+from rag_service.db.repos.scores import SCORE_ROW, save_scores, score_params
 from rag_service.domain import EvaluationReport, QueryLogEntry, ReviewTrigger, Turn
 
 
@@ -95,15 +95,14 @@ async def write_entry(conn: AsyncConnection, entry: QueryLogEntry) -> None:
         json_names += _ANSWER_JSON
         params.update(answer_id=uuid.uuid4(), **{f"a_{k}": v for k, v in entry.answer.model_dump().items()})
         cited = sorted({str(c["document_id"]) for c in entry.answer.citations if c.get("document_id")})
-    extra = []
     if entry.evaluation is not None:
         parts.append(f"logged_scores AS ({SCORE_ROW.format(query_id='id')} FROM logged_query)")
-        extra.append(METRICS)
+        json_names.append("metrics")
         params.update(score_params("local-v1", entry.evaluation))
     parts.append(f"cited AS ({LOCK_CITED})")
     params["cited"] = cited
     statement = text(f"WITH {', '.join(parts)} SELECT id FROM cited").bindparams(
-        *(bindparam(n, type_=JSONB) for n in json_names), *extra)
+        *(bindparam(n, type_=JSONB) for n in json_names))
     present = set((await conn.execute(statement, params)).scalars())
     await forget_vanished(conn, entry.query_id, [i for i in cited if i not in present])
     if entry.review is not None and entry.answer is not None:

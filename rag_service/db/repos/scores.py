@@ -13,10 +13,9 @@ from sqlalchemy.sql.expression import bindparam
 from rag_service.domain import EvaluationReport
 from rag_service.domain.review import StoredScores
 
-# One row of answer_scores (:metrics bound as JSONB: ``METRICS``), its query id taken from ``{query_id}``.
+# One row of answer_scores (bind :metrics as JSONB), its query id taken from ``{query_id}``.
 SCORE_ROW = ("INSERT INTO answer_scores (query_id, scorer, metrics, overall, needs_review, reasons) "
              "SELECT {query_id}, :scorer, :metrics, :overall, :needs_review, CAST(:reasons AS text[])")
-METRICS = bindparam("metrics", type_=JSONB)
 
 
 def score_params(scorer: str, report: EvaluationReport) -> dict[str, object]:
@@ -30,7 +29,8 @@ async def save_scores(conn: AsyncConnection, query_id: uuid.UUID, scorer: str, r
     await conn.execute(text(
         SCORE_ROW.format(query_id=":qid") + " ON CONFLICT (query_id, scorer) DO UPDATE SET "
         "metrics = EXCLUDED.metrics, overall = EXCLUDED.overall, needs_review = EXCLUDED.needs_review, "
-        "reasons = EXCLUDED.reasons, created_at = now()").bindparams(METRICS),
+        "reasons = EXCLUDED.reasons, created_at = now()").bindparams(
+            bindparam("metrics", type_=JSONB)),
         {"qid": query_id, **score_params(scorer, report)})
 
 
