@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import event, text
 
 from rag_service.config import load_settings
 from rag_service.db.engine import Database
@@ -95,3 +97,30 @@ def test_a_trace_read_right_after_its_answer_waits_for_the_write(client: TestCli
     assert trace.status_code == 200, trace.text
     assert trace.json()["query_id"] == answer["query_id"]
     assert time.perf_counter() - started >= write_s  # the read did
+
+
+async def test_trace_writes_commit_without_waiting_for_the_disk(client: TestClient, migrated_url: str) -> None:
+    # Best effort, after the answer: the commit of a trace (and of its late grades) does not wait
+    # for the WAL flush, which the next answer would otherwise queue behind.
+    answer = client.post("/v1/query", json={"question": "How long should dough rise?", "collection": "kb"}).json()
+    db = Database.from_settings(load_settings(database_url=migrated_url))
+    seen: list[tuple[str, str]] = []
+
+    def setting_at_write(conn, cursor, statement, parameters, context, executemany) -> None:  # noqa: ANN001
+        if statement.startswith(("INSERT INTO query_traces", "UPDATE query_traces")):
+            probe = conn.connection.dbapi_connection.cursor()
+            probe.execute("SHOW synchronous_commit")
+            seen.append((statement.split()[0], probe.fetchone()[0]))
+
+    event.listen(db.engine.sync_engine, "after_cursor_execute", setting_at_write)
+    try:
+        traces = TraceRepository(db)
+        trace = await traces.get(uuid.UUID(answer["query_id"]))
+        await traces.record_trace(trace.model_copy(update={"query_id": uuid.uuid4()}))
+        assert trace.evaluation is not None
+        await traces.record_evaluation(trace.query_id, trace.evaluation)
+        async with db.connect() as conn:  # other transactions keep the server's default
+            assert (await conn.execute(text("SHOW synchronous_commit"))).scalar_one() == "on"
+    finally:
+        await db.engine.dispose()
+    assert seen == [("INSERT", "off"), ("UPDATE", "off")]

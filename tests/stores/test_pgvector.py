@@ -247,6 +247,41 @@ async def test_selective_filter_falls_back_to_exact_search(databases) -> None:
         await db.dispose()
 
 
+async def test_the_stores_ef_search_is_set_once_per_connection(databases) -> None:
+    """Its own hnsw.ef_search is set for the connection's session once, not before every search
+    (a round trip each); a wider one for a top k above it stays local to that search."""
+    from sqlalchemy import event
+    from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+
+    url = databases.create()
+    engine = create_async_engine(url, connect_args={"options": "-c enable_seqscan=off -c enable_bitmapscan=off"})
+    db = Database(url=url, engine=engine, sessions=async_sessionmaker(engine))
+    store = PgVectorStore(db, ef_search=10)
+    sets: list[str] = []
+    try:
+        vectors = _random_unit_vectors(np.random.default_rng(11), 40)
+        doc = await store.upsert_document(DocumentRecord(collection="c", source_uri="test://ef", content_hash="e"))
+        await store.upsert_chunks([
+            ChunkRecord(document_id=doc, ordinal=i, text=f"e{i}", start_char=0, end_char=2, token_count=1,
+                        content_hash=str(i), embedding=vectors[i].tolist()) for i in range(40)])
+        await engine.dispose()  # a fresh pool: the searches, one at a time, all take its one new connection
+        event.listen(engine.sync_engine, "before_cursor_execute",
+                     lambda _c, _cur, statement, *_: sets.append(statement) if statement.startswith("SET") else None)
+        flt = SearchFilter(collection="c")
+        first = await store.vector_search(vectors[3].tolist(), flt, 5)
+        again = await store.vector_search(vectors[3].tolist(), flt, 5)
+        wide = await store.vector_search(vectors[3].tolist(), flt, 30)
+        after = await store.vector_search(vectors[3].tolist(), flt, 5)
+        assert sets == ["SET hnsw.ef_search = 10", "SET LOCAL hnsw.ef_search = 30"]
+        assert first[0].text == "e3" and [h.chunk_id for h in again] == [h.chunk_id for h in first]
+        assert [h.chunk_id for h in after] == [h.chunk_id for h in first]
+        assert len(wide) == 30 and wide[0].text == "e3"
+        async with db.connect() as conn:  # the wider value ended with its search
+            assert (await conn.execute(text("SHOW hnsw.ef_search"))).scalar_one() == "10"
+    finally:
+        await db.dispose()
+
+
 def test_widened_ef_search_follows_the_share_the_filter_kept() -> None:
     from rag_service.stores.pgvector.search import HNSW_MAX_EF_SEARCH, widened_ef_search
 

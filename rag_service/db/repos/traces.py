@@ -13,6 +13,14 @@ from rag_service.db.values import strip_nul
 from rag_service.domain import EvaluationReport, QueryTrace
 from rag_service.errors import NotFoundError
 
+# A trace is written after its answer has gone and is best effort (a write that fails is logged and
+# the answer stands), so its commit does not wait for the WAL to reach the disk. PostgreSQL's WAL
+# writer flushes it within wal_writer_delay (200 ms by default); a crash of the server or the machine
+# in that window can lose those traces, never corrupt anything. Waiting for the flush made the next
+# query wait for the disk too (docs/benchmarks.md, "Cost of metrics, logs and traces"). The query
+# log, which answers and the review queue depend on, keeps waiting for it.
+NO_FLUSH_WAIT = text("SET LOCAL synchronous_commit = off")
+
 
 class TraceRepository:
     def __init__(self, db: Database) -> None:
@@ -20,6 +28,7 @@ class TraceRepository:
 
     async def record_trace(self, trace: QueryTrace) -> None:
         async with self._db.begin() as conn:
+            await conn.execute(NO_FLUSH_WAIT)
             await conn.execute(text(
                 "INSERT INTO query_traces (query_id, collection, api_key_id, trace) VALUES (:id, :collection, "
                 ":key, :trace) ON CONFLICT (query_id) DO NOTHING").bindparams(bindparam("trace", type_=JSONB)),
@@ -29,6 +38,7 @@ class TraceRepository:
     async def record_evaluation(self, query_id: uuid.UUID, report: EvaluationReport) -> None:
         """The late LLM grades replace the delivered ones (a no-op when the trace is gone or not yet written)."""
         async with self._db.begin() as conn:
+            await conn.execute(NO_FLUSH_WAIT)
             await conn.execute(text(
                 "UPDATE query_traces SET trace = jsonb_set(trace, '{evaluation}', :report) WHERE query_id = :id"
             ).bindparams(bindparam("report", type_=JSONB)),
