@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -220,6 +221,36 @@ def test_token_vectors_match_the_reference_and_the_text(local_embedder: LocalEmb
     assert [texts[0][s:e] for s, e in onnx[0].spans] == ["Where", "is", "Harvard", "stadium", "located", "?"]
     single = local_embedder.encode_tokens(texts[2:])[0]
     np.testing.assert_allclose(single.vectors, onnx[2].vectors, atol=1e-5)
+
+
+async def test_token_vectors_encode_a_question_and_its_passage_side_by_side(
+        local_embedder: LocalEmbedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The query path's two texts give the vectors encode_tokens gives, in order, each text in its
+    own worker thread at the same time (the graph runs on one thread)."""
+    texts = ["Where is Harvard stadium located?", "The stadium, in Allston, seats 30,000 people."]
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # as here: one core (a CI runner's) encodes them in turn
+    alone = local_embedder.encode_tokens(texts)
+    together = await local_embedder.token_vectors(texts)
+    for a, b in zip(alone, together, strict=True):
+        assert a.spans == b.spans
+        np.testing.assert_allclose(a.vectors, b.vectors, atol=1e-6)
+    encode, running, most = local_embedder.encode_tokens, [0], [0]
+    lock = threading.Lock()
+
+    def slowly(batch):  # noqa: ANN001, ANN202
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            time.sleep(0.2)  # long enough for the other text's thread to start meanwhile
+            return encode(batch)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(local_embedder, "encode_tokens", slowly)
+    again = await local_embedder.token_vectors(texts)
+    assert most[0] == 2 and [v.spans for v in again] == [v.spans for v in alone]
 
 
 def test_the_int8_copy_is_made_once_beside_the_export(local_embedder: LocalEmbedder) -> None:

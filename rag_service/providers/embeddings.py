@@ -174,7 +174,15 @@ class LocalEmbedder:
         return out
 
     async def token_vectors(self, texts: Sequence[str]) -> list[TokenVectors]:
-        return await asyncio.to_thread(self.encode_tokens, texts)
+        if self.backend != "onnx" or not 1 < len(texts) <= (os.cpu_count() or 1):
+            return await asyncio.to_thread(self.encode_tokens, texts)
+        # The int8 token graph runs on one thread and each text on its own (no padding), so a few
+        # texts (the question and its passage, on the query path) are encoded side by side, one
+        # worker thread each: the same vectors, in 7.7 / 13.4 ms p50 / p95 instead of 10.5 / 16.3
+        # one after the other (300 XQuAD pairs, 2 cores; docs/benchmarks.md). Two threads inside the
+        # graph bought less (10.0 / 14.7): its short runs spend more on handing work over.
+        parts = await asyncio.gather(*(asyncio.to_thread(self.encode_tokens, [text]) for text in texts))
+        return [vectors for (vectors,) in parts]
 
     async def warm_up(self) -> None:
         await asyncio.to_thread(self._warm_up)

@@ -187,7 +187,8 @@ class OnnxMiniLM:
         """Each text's normalised per-token vectors with the character span of each token, the
         special tokens left out, from the int8 copy of the graph on one thread (its inputs are a
         question and a short passage: one at a time wastes nothing on padding, and a second
-        thread bought nothing on them)."""
+        thread bought little on them; ``LocalEmbedder.token_vectors`` encodes the two side by
+        side instead, ORT's sessions being safe to run from several threads)."""
         import onnxruntime as ort
 
         from rag_service.providers.embeddings import TokenVectors
