@@ -9,13 +9,15 @@ package on PyPI holds a trained reader, and nothing may be downloaded at run tim
 is the embedder's, from its wheel. It was trained on a sentence and the next one, its span in the
 first; the service gives it the best sentence alone (about 53 tokens with the question, about 5 ms
 on these 2 cores), which costs little in either figure and about 3 ms of p95 less than the pair
-(docs/benchmarks.md)."""
+(docs/benchmarks.md), and of a sentence too long for READ_TOKENS it reads the part where the
+question's terms are."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import threading
+from collections.abc import Sequence
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
@@ -25,10 +27,19 @@ import numpy as np
 
 from rag_service.domain import SpanReading
 from rag_service.errors import ProviderError
+from rag_service.text.terms import term_spans, terms
 
 GRAPH_FILE = "span_reader-int8.onnx"
 MAX_TOKENS = 160         # what the reader was trained on (question and passage together)
 MAX_ANSWER_TOKENS = 12   # the longest span it answers with
+# What it reads of a longer question and passage: the question and the window of the passage
+# where the question's terms are densest. A read costs about 0.1 ms a token in the service on these
+# 2 cores, and the longest reads set the tail of the answer's latency: at 72 tokens (15% of XQuAD's
+# best sentences are cut) the generate step's p95 fell by 1.8-1.9 ms in process, and on SQuAD dev the
+# short answers' threshold gives 47.0% of questions one at exact match 0.65, against 48.1% reading
+# whole sentences (64 tokens: 45.1%; 80: 47.7%). docs/benchmarks.md, "The span reader in the service".
+READ_TOKENS = 72
+MIN_WINDOW = 16          # a question too long to leave this much of the passage is read whole
 NOTHING_READ = SpanReading(text="", start=0, end=0, gap=-30.0, probability=0.0)
 
 
@@ -65,6 +76,44 @@ def best_span(start_logits: np.ndarray, end_logits: np.ndarray, allowed: np.ndar
     p_end = np.exp(end_logits - end_logits.max())
     probability = float(p_start[first] / p_start.sum() * p_end[last] / p_end.sum())
     return first, last, float(scores[i, j] - (start_logits[0] + end_logits[0])), probability
+
+
+def reading_window(matches: Sequence[bool], size: int) -> tuple[int, int]:
+    """[start, end) of the ``size`` consecutive passage tokens holding the most ``matches`` (the
+    middle one of the windows that tie, so a lone match is read with what surrounds it); the whole
+    passage when it is no longer. Pure."""
+    if len(matches) <= size:
+        return 0, len(matches)
+    counts = np.convolve(np.asarray(matches, dtype=np.int64), np.ones(size, dtype=np.int64), mode="valid")
+    ties = np.flatnonzero(counts == counts.max())
+    start = int(ties[len(ties) // 2])
+    return start, start + size
+
+
+def question_term_chars(question: str, passage: str) -> np.ndarray:
+    """Per character of ``passage``: whether it is in a word that is one of the question's terms
+    (stemmed, stop words left out, as the sentence selection counts them)."""
+    wanted = set(terms(question))
+    marked = np.zeros(len(passage) + 1, dtype=bool)  # one past the end: an offset may point there
+    for start, end, term in term_spans(passage):
+        if term in wanted:
+            marked[start:end] = True
+    return marked
+
+
+def read_tokens(question: str, passage: str, sequence_ids: Sequence[int | None],
+                offsets: Sequence[tuple[int, int]], limit: int = READ_TOKENS) -> list[int]:
+    """Which tokens of an encoded question and passage the reader reads: all of them up to
+    ``limit``; beyond it the question, the special tokens, and the passage's ``reading_window``
+    of what room is left (everything when that is under MIN_WINDOW). Pure."""
+    passage_tokens = [i for i, sequence in enumerate(sequence_ids) if sequence == 1]
+    room = limit - (len(sequence_ids) - len(passage_tokens))
+    if len(sequence_ids) <= limit or room < MIN_WINDOW:
+        return list(range(len(sequence_ids)))
+    marked = question_term_chars(question, passage)
+    start, end = reading_window([bool(marked[offsets[i][0]]) for i in passage_tokens], room)
+    first, last = passage_tokens[0], passage_tokens[-1]
+    return [*range(first), *range(first + start, first + end), *range(last + 1, len(sequence_ids))]
 
 
 class OnnxSpanReader:
@@ -109,19 +158,22 @@ class OnnxSpanReader:
         self.load()
         try:
             encoding = self._tokenizer.encode(question, passage)
-            ids = np.array([encoding.ids], dtype=np.int64)
+            kept = read_tokens(question, passage, encoding.sequence_ids, encoding.offsets)
+            ids = np.array([[encoding.ids[i] for i in kept]], dtype=np.int64)
+            types = np.array([[encoding.type_ids[i] for i in kept]], dtype=np.int64)
             start, end = self._session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids),
-                                                  "token_type_ids": np.array([encoding.type_ids], dtype=np.int64)})
+                                                  "token_type_ids": types})
         except Exception as exc:  # noqa: BLE001 - the tokenizer and ORT raise their own types
             raise ProviderError(f"span reader: could not read this input: {exc}", stage="generate") from exc
         limit = len(passage) if within is None else within
-        allowed = np.array([seq == 1 and offset[0] < limit
-                            for seq, offset in zip(encoding.sequence_ids, encoding.offsets, strict=True)])
+        sequence = [encoding.sequence_ids[i] for i in kept]
+        offsets = [encoding.offsets[i] for i in kept]
+        allowed = np.array([seq == 1 and offset[0] < limit for seq, offset in zip(sequence, offsets, strict=True)])
         found = best_span(start[0], end[0], allowed)
         if found is None:
             return NOTHING_READ
         first, last, gap, probability = found
-        at, to = encoding.offsets[first][0], encoding.offsets[last][1]
+        at, to = offsets[first][0], offsets[last][1]
         return SpanReading(text=passage[at:to], start=at, end=to, gap=gap, probability=probability)
 
     async def read_async(self, question: str, passage: str, within: int | None = None) -> SpanReading:

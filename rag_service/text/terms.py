@@ -57,3 +57,8 @@ def terms(text: str) -> list[str]:
     """Content terms (stop words dropped, stemmed), in order."""
     return [stem(w) for w in _WORD.findall(text) if w.lower() not in STOP_WORDS]
 
+
+def term_spans(text: str) -> list[tuple[int, int, str]]:
+    """``terms`` with where each word stands in ``text``: (start, end, term), in order."""
+    return [(m.start(), m.end(), stem(m.group())) for m in _WORD.finditer(text) if m.group().lower() not in STOP_WORDS]
+

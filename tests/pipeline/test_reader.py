@@ -31,12 +31,17 @@ from rag_service.providers.reader import (
     GRAPH_FILE,
     MAX_ANSWER_TOKENS,
     NOTHING_READ,
+    READ_TOKENS,
     OnnxSpanReader,
     ReaderUnavailableError,
     best_span,
     default_reader,
+    question_term_chars,
+    read_tokens,
+    reading_window,
 )
 from rag_service.text.questions import is_question
+from rag_service.text.terms import term_spans, terms
 
 PANTHERS = ("The Panthers defense gave up just 308 points, ranking sixth in the league. Pro Bowl defensive tackle "
             "Kawann Short led the team in sacks with 11. The team played its home games in Charlotte.")
@@ -77,6 +82,44 @@ def test_the_shipped_reader_finds_the_answer_and_says_when_the_passage_has_none(
     limited = reader.read("Who led the team in sacks?", PANTHERS, within=first)
     assert limited.start < first and "Kawann" not in limited.text and limited.gap < found.gap
     assert len(holds.text.split()) <= MAX_ANSWER_TOKENS
+
+
+def test_the_reading_window_is_where_the_question_terms_are_densest() -> None:
+    assert reading_window([True, False, True], 5) == (0, 3)  # it fits: all of it
+    assert reading_window([0, 0, 1, 0, 1, 1, 0, 0, 0, 0], 3) == (3, 6)
+    assert reading_window([0, 0, 0, 0, 1, 0, 0, 0, 0], 3) == (3, 6)  # a lone match, with its neighbours
+    assert reading_window([0] * 10, 4) == (3, 7)  # nothing matched: the middle
+
+
+def test_term_spans_are_the_terms_where_their_words_stand() -> None:
+    text = "The Panthers defense gave up just 308 points."
+    spans = term_spans(text)
+    assert [term for _, _, term in spans] == terms(text)
+    assert [text[a:b] for a, b, _ in spans][:3] == ["Panthers", "defense", "gave"]
+    assert text[spans[0][0]:spans[0][1]] == "Panthers" and spans[0][2] == "panther"
+    assert (question_term_chars("How did the Panthers' defense rank?", text)[[4, 13, 22]] == [True, True, False]).all()
+
+
+def test_what_is_read_of_a_long_input_is_the_question_and_a_window() -> None:
+    question = "Who led the team in sacks?"
+    passage = "Filler words about nothing much at all. " * 12 + "Kawann Short led the team in sacks with 11."
+    reader = default_reader()
+    reader.load()
+    encoding = reader._tokenizer.encode(question, passage)
+    assert len(encoding.ids) > READ_TOKENS
+    kept = read_tokens(question, passage, encoding.sequence_ids, encoding.offsets)
+    sequences = [encoding.sequence_ids[i] for i in kept]
+    assert len(kept) == READ_TOKENS and kept == sorted(kept)
+    assert sequences.count(0) == encoding.sequence_ids.count(0) and sequences.count(None) == 3  # question, specials
+    window = [encoding.offsets[i] for i in kept if encoding.sequence_ids[i] == 1]
+    assert "Kawann Short led the team in sacks" in passage[window[0][0]:window[-1][1]]
+    assert window[0][0] > 0  # the start of the filler is not read
+    short = "Kawann Short led the team in sacks."
+    every = reader._tokenizer.encode(question, short)
+    assert read_tokens(question, short, every.sequence_ids, every.offsets) == list(range(len(every.ids)))
+    reading = reader.read(question, passage)  # the span is the passage's own text, where it stands
+    assert reading.text == passage[reading.start:reading.end] and reading.text.startswith("Kawann")
+    assert reading.start == passage.index("Kawann")
 
 
 def test_a_short_answer_is_a_sure_span_that_answers_and_never_a_pronoun() -> None:
