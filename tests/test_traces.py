@@ -103,6 +103,7 @@ async def test_trace_writes_commit_without_waiting_for_the_disk(client: TestClie
     # Best effort, after the answer: the commit of a trace (and of its late grades) does not wait
     # for the WAL flush, which the next answer would otherwise queue behind.
     answer = client.post("/v1/query", json={"question": "How long should dough rise?", "collection": "kb"}).json()
+    assert client.get(f"/v1/queries/{answer['query_id']}/trace").status_code == 200  # waits for the write
     db = Database.from_settings(load_settings(database_url=migrated_url))
     seen: list[tuple[str, str]] = []
 
@@ -112,15 +113,18 @@ async def test_trace_writes_commit_without_waiting_for_the_disk(client: TestClie
             probe.execute("SHOW synchronous_commit")
             seen.append((statement.split()[0], probe.fetchone()[0]))
 
-    event.listen(db.engine.sync_engine, "after_cursor_execute", setting_at_write)
     try:
+        async with db.connect() as conn:
+            default = (await conn.execute(text("SHOW synchronous_commit"))).scalar_one()
+        assert default != "off"  # else this test shows nothing
+        event.listen(db.engine.sync_engine, "after_cursor_execute", setting_at_write)
         traces = TraceRepository(db)
         trace = await traces.get(uuid.UUID(answer["query_id"]))
         await traces.record_trace(trace.model_copy(update={"query_id": uuid.uuid4()}))
         assert trace.evaluation is not None
         await traces.record_evaluation(trace.query_id, trace.evaluation)
         async with db.connect() as conn:  # other transactions keep the server's default
-            assert (await conn.execute(text("SHOW synchronous_commit"))).scalar_one() == "on"
+            assert (await conn.execute(text("SHOW synchronous_commit"))).scalar_one() == default
     finally:
         await db.engine.dispose()
     assert seen == [("INSERT", "off"), ("UPDATE", "off")]

@@ -36,7 +36,7 @@ MAX_ANSWER_TOKENS = 12   # the longest span it answers with
 # where the question's terms are densest. A read costs about 0.1 ms a token in the service on these
 # 2 cores, and the longest reads set the tail of the answer's latency: at 72 tokens (15% of XQuAD's
 # best sentences are cut) the generate step's p95 fell by 1.8-1.9 ms in process, and on SQuAD dev the
-# short answers' threshold gives 47.0% of questions one at exact match 0.65, against 48.1% reading
+# short answers' threshold gives 46.9% of questions one at exact match 0.65, against 48.1% reading
 # whole sentences (64 tokens: 45.1%; 80: 47.7%). docs/benchmarks.md, "The span reader in the service".
 READ_TOKENS = 72
 MIN_WINDOW = 16          # a question too long to leave this much of the passage is read whole
@@ -78,15 +78,19 @@ def best_span(start_logits: np.ndarray, end_logits: np.ndarray, allowed: np.ndar
     return first, last, float(scores[i, j] - (start_logits[0] + end_logits[0])), probability
 
 
-def reading_window(matches: Sequence[bool], size: int) -> tuple[int, int]:
-    """[start, end) of the ``size`` consecutive passage tokens holding the most ``matches`` (the
-    middle one of the windows that tie, so a lone match is read with what surrounds it); the whole
+def reading_window(matches: Sequence[bool], size: int, starts: int | None = None) -> tuple[int, int]:
+    """[start, end) of the ``size`` consecutive passage tokens holding the most ``matches``, among
+    windows starting before token ``starts`` (all, when None); of windows that tie, the middle one of
+    the first run of neighbouring ones, so a lone match is read with what surrounds it. The whole
     passage when it is no longer. Pure."""
     if len(matches) <= size:
         return 0, len(matches)
     counts = np.convolve(np.asarray(matches, dtype=np.int64), np.ones(size, dtype=np.int64), mode="valid")
+    if starts is not None:
+        counts = counts[:max(1, starts)]
     ties = np.flatnonzero(counts == counts.max())
-    start = int(ties[len(ties) // 2])
+    run = np.split(ties, np.flatnonzero(np.diff(ties) > 1) + 1)[0]
+    start = int(run[len(run) // 2])
     return start, start + size
 
 
@@ -102,16 +106,20 @@ def question_term_chars(question: str, passage: str) -> np.ndarray:
 
 
 def read_tokens(question: str, passage: str, sequence_ids: Sequence[int | None],
-                offsets: Sequence[tuple[int, int]], limit: int = READ_TOKENS) -> list[int]:
+                offsets: Sequence[tuple[int, int]], limit: int = READ_TOKENS, within: int | None = None) -> list[int]:
     """Which tokens of an encoded question and passage the reader reads: all of them up to
     ``limit``; beyond it the question, the special tokens, and the passage's ``reading_window``
-    of what room is left (everything when that is under MIN_WINDOW). Pure."""
+    of what room is left (everything when that is under MIN_WINDOW), counting the question's terms
+    where a span may start (before character ``within`` of the passage, when given). Pure."""
     passage_tokens = [i for i, sequence in enumerate(sequence_ids) if sequence == 1]
     room = limit - (len(sequence_ids) - len(passage_tokens))
     if len(sequence_ids) <= limit or room < MIN_WINDOW:
         return list(range(len(sequence_ids)))
     marked = question_term_chars(question, passage)
-    start, end = reading_window([bool(marked[offsets[i][0]]) for i in passage_tokens], room)
+    may_start = [within is None or offsets[i][0] < within for i in passage_tokens]
+    start, end = reading_window([bool(marked[offsets[i][0]]) and ok for i, ok in zip(passage_tokens, may_start,
+                                                                                     strict=True)],
+                                room, starts=sum(may_start))
     first, last = passage_tokens[0], passage_tokens[-1]
     return [*range(first), *range(first + start, first + end), *range(last + 1, len(sequence_ids))]
 
@@ -158,7 +166,7 @@ class OnnxSpanReader:
         self.load()
         try:
             encoding = self._tokenizer.encode(question, passage)
-            kept = read_tokens(question, passage, encoding.sequence_ids, encoding.offsets)
+            kept = read_tokens(question, passage, encoding.sequence_ids, encoding.offsets, within=within)
             ids = np.array([[encoding.ids[i] for i in kept]], dtype=np.int64)
             types = np.array([[encoding.type_ids[i] for i in kept]], dtype=np.int64)
             start, end = self._session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids),

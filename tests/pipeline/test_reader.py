@@ -89,6 +89,10 @@ def test_the_reading_window_is_where_the_question_terms_are_densest() -> None:
     assert reading_window([0, 0, 1, 0, 1, 1, 0, 0, 0, 0], 3) == (3, 6)
     assert reading_window([0, 0, 0, 0, 1, 0, 0, 0, 0], 3) == (3, 6)  # a lone match, with its neighbours
     assert reading_window([0] * 10, 4) == (3, 7)  # nothing matched: the middle
+    lone_pair = [0] * 40
+    lone_pair[1] = lone_pair[38] = 1
+    assert reading_window(lone_pair, 10) == (1, 11)  # two matches too far apart: the first, not between
+    assert reading_window([0, 0, 0, 0, 0, 0, 0, 0, 1, 0], 4, starts=3) == (1, 5)  # a span may start only early
 
 
 def test_term_spans_are_the_terms_where_their_words_stand() -> None:
@@ -117,6 +121,10 @@ def test_what_is_read_of_a_long_input_is_the_question_and_a_window() -> None:
     short = "Kawann Short led the team in sacks."
     every = reader._tokenizer.encode(question, short)
     assert read_tokens(question, short, every.sequence_ids, every.offsets) == list(range(len(every.ids)))
+    # Where a span may start only in the first sentence, the window is read there.
+    first = passage.index(". ") + 1
+    early = read_tokens(question, passage, encoding.sequence_ids, encoding.offsets, within=first)
+    assert encoding.offsets[[i for i in early if encoding.sequence_ids[i] == 1][0]][0] < first
     reading = reader.read(question, passage)  # the span is the passage's own text, where it stands
     assert reading.text == passage[reading.start:reading.end] and reading.text.startswith("Kawann")
     assert reading.start == passage.index("Kawann")

@@ -15,10 +15,10 @@ from rag_service.errors import NotFoundError
 
 # A trace is written after its answer has gone and is best effort (a write that fails is logged and
 # the answer stands), so its commit does not wait for the WAL to reach the disk. PostgreSQL's WAL
-# writer flushes it within wal_writer_delay (200 ms by default); a crash of the server or the machine
-# in that window can lose those traces, never corrupt anything. Waiting for the flush made the next
-# query wait for the disk too (docs/benchmarks.md, "Cost of metrics, logs and traces"). The query
-# log, which answers and the review queue depend on, keeps waiting for it.
+# writer flushes it within three times wal_writer_delay (about 600 ms by default); a crash of the
+# server or the machine in that window can lose those traces, never corrupt anything. Waiting for
+# the flush made the next query wait for the disk too (docs/benchmarks.md, "Cost of metrics, logs
+# and traces"). The query log, which answers and the review queue depend on, keeps waiting for it.
 NO_FLUSH_WAIT = text("SET LOCAL synchronous_commit = off")
 
 

@@ -145,7 +145,8 @@ class PgSearches(PgStoreBase):
         stmt = self.vector_query(embedding, flt, top_k, schema.embedding_dimension, half=half)
         ef_search = max(self._ef_search, top_k)
         async with self._db.connect() as conn:
-            await self._use_ef_search(conn, ef_search)
+            if not exact:
+                await self._use_ef_search(conn, ef_search)
             rows = [] if exact else (await conn.execute(stmt)).all()
             # HNSW applies filters after the index scan, so a selective filter (or ACL) can leave
             # fewer than top_k. How many it kept tells how selective it is, and so the next step.
@@ -177,7 +178,9 @@ class PgSearches(PgStoreBase):
         is set once per connection, for the session, and remembered in the connection's ``info``
         (which SQLAlchemy empties when it opens a new connection); any other value (a top k above
         it) is SET LOCAL. A SET LOCAL in every search was one more round trip before each search:
-        0.7 ms p50 on XQuAD's collection, in the query's critical path."""
+        0.7 ms p50 on XQuAD's collection, in the query's critical path. (This assumes each pooled
+        connection is one server session, as with a direct connection or a session-pooling proxy;
+        behind transaction pooling the session value would reach other clients.)"""
         if conn.info.get(EF_SEARCH_INFO) == ef_search:
             return
         if ef_search != self._ef_search:
