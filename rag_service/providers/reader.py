@@ -117,9 +117,8 @@ def read_tokens(question: str, passage: str, sequence_ids: Sequence[int | None],
         return list(range(len(sequence_ids)))
     marked = question_term_chars(question, passage)
     may_start = [within is None or offsets[i][0] < within for i in passage_tokens]
-    start, end = reading_window([bool(marked[offsets[i][0]]) and ok for i, ok in zip(passage_tokens, may_start,
-                                                                                     strict=True)],
-                                room, starts=sum(may_start))
+    matches = [ok and bool(marked[offsets[i][0]]) for i, ok in zip(passage_tokens, may_start, strict=True)]
+    start, end = reading_window(matches, room, starts=sum(may_start))
     first, last = passage_tokens[0], passage_tokens[-1]
     return [*range(first), *range(first + start, first + end), *range(last + 1, len(sequence_ids))]
 
