@@ -78,7 +78,9 @@ from rag_service.providers.rerankers import LinearModel
 OUTPUT_DIR = Path(__file__).resolve().parents[1] / "rag_service" / "providers" / "data"
 ROWS = BENCH_DATA / "answerability_rows.jsonl"
 THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
-CASCADE_THRESHOLDS = (0.06, 0.07, 0.08, 0.09, 0.1, 0.15, 0.2)
+# The operating point is chosen on this grid: steps of 0.005, since one step of 0.01 near 0.08 moves
+# the answered rate by about 0.003 and the abstention by about 1.5 points.
+CASCADE_THRESHOLDS = tuple(round(0.05 + 0.005 * i, 3) for i in range(31))  # 0.05 to 0.2
 # The shipped abstention threshold answers at least this share of the full-collection questions out
 # of fold: issue 16's 0.95 of all questions, of which some get a clarification instead (10 of 1,190
 # until 84d49ea, 6 since: 0.95 / 0.992 = 0.958, 0.95 / 0.995 = 0.955). It stays at 0.958, a margin

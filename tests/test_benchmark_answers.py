@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import datasets
-from benchmarks.answers import compare_outcomes, load_outcomes, paired_change
+from benchmarks.answers import answer_text_in, compare_outcomes, load_outcomes, paired_change
 
 
 def test_a_one_sided_change_is_significant_and_a_balanced_one_is_not() -> None:
@@ -87,3 +87,14 @@ def test_transfer_settings_are_summarised_by_what_is_right_in_each() -> None:
     unanswerable = summarise(results, answerable=False)
     assert "ece" not in unanswerable and unanswerable["mean_confidence_of_answers"] == 0.9
     assert summarise([], answerable=True) == {"questions": 0}
+
+
+def test_an_answer_text_counts_where_a_paragraph_holds_it_as_whole_words() -> None:
+    paragraphs = ["The Panthers defense gave up just 308 points.", "Denver won the game, 24-10."]
+    assert answer_text_in(["308"], paragraphs)
+    assert answer_text_in(["The Broncos", "Denver"], paragraphs)  # any reference answer
+    assert answer_text_in(["the panthers' defense"], ["The Panthers defense held."])  # SQuAD's normalisation
+    assert not answer_text_in(["30"], paragraphs)  # part of "308", not a word of its own
+    assert not answer_text_in(["Carolina"], paragraphs)
+    assert not answer_text_in(["", "the"], paragraphs)  # nothing left after normalising
+    assert not answer_text_in(["308"], [])
