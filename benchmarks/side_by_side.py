@@ -16,7 +16,8 @@ environment (RAGSVC_* settings; a value cannot hold a comma). Each code gets a f
 paragraphs, ingested by that code with ``ragsvc ingest`` (.bench-data/side-by-side/COMMIT or ``head``),
 so the codes compare on equal data; servers of the same code share it.
 
-Prints, per server, the round trip's p50 / p95 / mean, the server's own per-step p50 / p95
+Prints, per server, the round trip's p50 / p95 / mean (and for each server after the first, its p95
+minus the first's with a 95% paired bootstrap interval over the questions), the server's own per-step p50 / p95
 (``timings_ms``), the time each request spent outside the pipeline's total, and the share of
 questions given a short answer; the machine's calibration before and after
 (benchmarks.calibration); and one JSON line of every figure.
@@ -37,6 +38,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import numpy as np
+from scipy.stats import bootstrap
 
 from benchmarks.calibration import window_calibration
 from benchmarks.datasets import BENCH_DATA, xquad, xquad_rows
@@ -85,6 +88,25 @@ def order(items: list, i: int, seed: int = 0) -> list:
     question (seeded), so each server goes first, and follows each other one, about equally often;
     whatever one request leaves behind (writes, collections, caches) falls on any of the others."""
     return random.Random(seed * 1_000_003 + i).sample(items, len(items))
+
+
+def p95_gap(before: list[float], after: list[float], resamples: int = 4000, seed: int = 0) -> dict[str, float]:
+    """``after``'s p95 minus ``before``'s (ms; one request each per question, in the same order) with a
+    95% interval: a paired bootstrap over the questions (scipy.stats.bootstrap, ``paired=True``,
+    percentile method), since both servers answered each question within the same moment of the
+    VM's drift. A budget ("rises by no more than 10 ms") is held with confidence only where the
+    interval's upper end is within it."""
+    if len(before) != len(after) or len(before) < 20:
+        raise ValueError("p95_gap needs the same questions for both servers, at least 20")
+
+    def gap(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.percentile(b, 95, axis=axis) - np.percentile(a, 95, axis=axis)
+
+    a, b = np.asarray(before, dtype=np.float64), np.asarray(after, dtype=np.float64)
+    interval = bootstrap((a, b), gap, paired=True, vectorized=True, n_resamples=resamples, confidence_level=0.95,
+                         method="percentile", random_state=np.random.default_rng(seed)).confidence_interval
+    return {"gap_ms": round(float(gap(a, b)), 2), "low_ms": round(float(interval.low), 2),
+            "high_ms": round(float(interval.high), 2)}
 
 
 def _run(args: list[str], env: dict[str, str]) -> str:
@@ -199,6 +221,13 @@ def main() -> None:
               f"mean {wall['mean_ms']:6.1f} ms  short answers {short_rate:.3f}")
         print("    " + "  ".join(f"{step} {p['p50_ms']}/{p['p95_ms']}" for step, p in by_step.items())
               + (f"  outside the pipeline {beyond['p50_ms']}/{beyond['p95_ms']}" if beyond else ""))
+    # Each server's p95 against the first's, question by question (the first is the baseline).
+    baseline = servers[0].name
+    for server in servers[1:]:
+        against = p95_gap(walls[baseline], walls[server.name])
+        figures["servers"][server.name]["p95_gap_over_first_ms"] = against
+        print(f"{server.name:24s} p95 {against['gap_ms']:+.1f} ms over {baseline} "
+              f"(95% paired bootstrap interval {against['low_ms']:+.1f} to {against['high_ms']:+.1f})")
     figures.update({"date": datetime.now(UTC).isoformat(timespec="seconds"),
                     "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                                 "python": platform.python_version()}})

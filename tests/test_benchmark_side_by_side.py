@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks import side_by_side
 from benchmarks.ir import latency
-from benchmarks.side_by_side import Server, commit_of, order, parse_server
+from benchmarks.side_by_side import Server, commit_of, order, p95_gap, parse_server
 
 
 def test_a_server_spec_names_a_code_and_its_settings() -> None:
@@ -71,3 +72,16 @@ def test_a_server_imports_its_own_tree_whatever_the_callers_pythonpath(monkeypat
 def test_the_latency_summary_is_numpys_percentiles() -> None:
     values = [float(v) for v in range(1, 101)]
     assert latency(values) == {"p50_ms": 50.5, "p95_ms": 95.05, "mean_ms": 50.5}
+
+
+def test_the_p95_gap_comes_with_a_paired_interval() -> None:
+    rng = np.random.default_rng(3)
+    before = list(rng.lognormal(3.5, 0.3, 400))
+    # A server 5 ms slower on every question: the gap is 5 ms and every resample says so.
+    assert p95_gap(before, [ms + 5 for ms in before]) == {"gap_ms": 5.0, "low_ms": 5.0, "high_ms": 5.0}
+    # Noise of its own: the interval holds the gap and is wide enough to say how sure it is.
+    noisy = p95_gap(before, [ms + 5 + rng.normal(0, 8) for ms in before])
+    assert noisy["low_ms"] < noisy["gap_ms"] < noisy["high_ms"] and noisy["high_ms"] - noisy["low_ms"] > 2
+    assert p95_gap(before, list(before)) == {"gap_ms": 0.0, "low_ms": 0.0, "high_ms": 0.0}
+    with pytest.raises(ValueError, match="same questions"):
+        p95_gap(before, before[:-1])
