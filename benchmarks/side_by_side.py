@@ -94,8 +94,9 @@ def p95_gap(before: list[float], after: list[float], resamples: int = 4000, seed
     """``after``'s p95 minus ``before``'s (ms; one request each per question, in the same order) with a
     95% interval: a paired bootstrap over the questions (scipy.stats.bootstrap, ``paired=True``,
     percentile method), since both servers answered each question within the same moment of the
-    VM's drift. A budget ("rises by no more than 10 ms") is held with confidence only where the
-    interval's upper end is within it."""
+    VM's drift. The interval is this run's sampling over questions, not the spread between runs
+    (the VM's speed moves from one hour to the next): a budget ("rises by no more than 10 ms") is
+    held in this run where the interval's upper end is within it."""
     if len(before) != len(after) or len(before) < 20:
         raise ValueError("p95_gap needs the same questions for both servers, at least 20")
 

@@ -94,6 +94,9 @@ def test_an_answer_text_counts_where_a_paragraph_holds_it_as_whole_words() -> No
     assert answer_text_in(["308"], paragraphs)
     assert answer_text_in(["The Broncos", "Denver"], paragraphs)  # any reference answer
     assert answer_text_in(["the panthers' defense"], ["The Panthers defense held."])  # SQuAD's normalisation
+    # Punctuation parts words rather than gluing them: "Manning's" holds "Manning", "24-yard" holds "24".
+    assert answer_text_in(["Manning"], ["Peyton Manning’s last pass."])
+    assert answer_text_in(["24"], ["A 24-yard field goal."])
     assert not answer_text_in(["30"], paragraphs)  # part of "308", not a word of its own
     assert not answer_text_in(["Carolina"], paragraphs)
     assert not answer_text_in(["", "the"], paragraphs)  # nothing left after normalising

@@ -85,3 +85,5 @@ def test_the_p95_gap_comes_with_a_paired_interval() -> None:
     assert p95_gap(before, list(before)) == {"gap_ms": 0.0, "low_ms": 0.0, "high_ms": 0.0}
     with pytest.raises(ValueError, match="same questions"):
         p95_gap(before, before[:-1])
+    with pytest.raises(ValueError, match="at least 20"):
+        p95_gap(before[:19], before[:19])

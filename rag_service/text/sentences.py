@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rag_service.text.terms import cache_short_texts
+
 
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
@@ -28,7 +30,15 @@ class Sentence:
 
 
 def split_sentences(text: str) -> list[Sentence]:
-    """Sentences with their offsets; abbreviations ("Dr.", "e.g.") and decimals do not split."""
+    """Sentences with their offsets; abbreviations ("Dr.", "e.g.") and decimals do not split (a list
+    of one's own: the cache keeps its tuple)."""
+    return list(_split(text))
+
+
+# A collection's hot chunks are split again for every answer that reads them (0.6 ms of an answer
+# on XQuAD); a chunk's sentences never change, so they are kept.
+@cache_short_texts(maxsize=4096)
+def _split(text: str) -> tuple[Sentence, ...]:
     sentences: list[Sentence] = []
     start = 0
     for m in _BOUNDARY.finditer(text):
@@ -39,7 +49,7 @@ def split_sentences(text: str) -> list[Sentence]:
         _append(sentences, text, start, m.start())
         start = m.end()
     _append(sentences, text, start, len(text))
-    return sentences
+    return tuple(sentences)
 
 
 def _append(out: list[Sentence], text: str, start: int, end: int) -> None:

@@ -54,8 +54,15 @@ def stem(word: str) -> str:
 
 
 def terms(text: str) -> list[str]:
-    """Content terms (stop words dropped, stemmed), in order."""
-    return [stem(w) for w in _WORD.findall(text) if w.lower() not in STOP_WORDS]
+    """Content terms (stop words dropped, stemmed), in order (a list of one's own: the cache keeps its tuple)."""
+    return list(_terms(text))
+
+
+# The same chunks come back query after query (a collection's hot passages), and the generator reads
+# each one's terms more than once per answer: 0.5 ms of an answer's 1.2 ms of term scanning on XQuAD.
+@cache_short_texts(maxsize=8192)
+def _terms(text: str) -> tuple[str, ...]:
+    return tuple(stem(w) for w in _WORD.findall(text) if w.lower() not in STOP_WORDS)
 
 
 def term_spans(text: str) -> list[tuple[int, int, str]]:

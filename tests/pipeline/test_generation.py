@@ -21,6 +21,7 @@ from rag_service.pipeline.generation.spans import scored_candidates
 from rag_service.providers.llm import make_llm
 from rag_service.text.citations import cited_numbers, support, verify_claims
 from rag_service.text.sentences import split_sentences
+from rag_service.text.terms import SHORT_TEXT, terms
 from tests.fake_openai import Reply, fake_openai
 
 PANTHERS = ("The Panthers defense gave up just 308 points, ranking sixth in the league. Pro Bowl defensive tackle "
@@ -35,6 +36,23 @@ def candidate(text: str, uri: str, start: int = 0) -> Candidate:
 
 
 CONTEXT = [candidate(PANTHERS, "panthers", start=500), candidate(BRONCOS, "broncos")]
+
+
+def test_cached_splits_and_terms_are_the_callers_own() -> None:
+    """Both are kept per text across answers; a caller that changes what it got changes no one else's."""
+    first = split_sentences(PANTHERS)
+    first.append(first[0])
+    again = split_sentences(PANTHERS)
+    assert len(again) == len(first) - 1 and again is not first
+    words = terms(PANTHERS)
+    words.clear()
+    assert terms(PANTHERS) and terms(PANTHERS) == terms(PANTHERS[:])
+    # A text too long to keep is worked out each time, to the same result.
+    long_text = " ".join([PANTHERS] * (SHORT_TEXT // len(PANTHERS) + 1))
+    assert len(long_text) > SHORT_TEXT
+    assert [s.text for s in split_sentences(long_text)] == [s.text for s in split_sentences(PANTHERS)] * (
+        SHORT_TEXT // len(PANTHERS) + 1)
+    assert terms(long_text) == terms(PANTHERS) * (SHORT_TEXT // len(PANTHERS) + 1)
 
 
 def test_sentences_keep_offsets() -> None:
