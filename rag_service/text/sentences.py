@@ -36,8 +36,10 @@ def split_sentences(text: str) -> list[Sentence]:
 
 
 # A collection's hot chunks are split again for every answer that reads them (0.6 ms of an answer
-# on XQuAD); a chunk's sentences never change, so they are kept.
-@cache_short_texts(maxsize=4096)
+# on XQuAD); a chunk's sentences never change, so they are kept. Not a text with more than 64 places
+# a sentence may end ("A. B. C. ..." would make hundreds of them): about 15 KB an entry at most,
+# 5 KB for a usual chunk.
+@cache_short_texts(maxsize=4096, keep=lambda text: sum(map(text.count, ".!?\n")) <= 64)
 def _split(text: str) -> tuple[Sentence, ...]:
     sentences: list[Sentence] = []
     start = 0

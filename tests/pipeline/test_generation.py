@@ -20,8 +20,8 @@ from rag_service.pipeline.generation.llm_generator import AnswerFieldStreamer, L
 from rag_service.pipeline.generation.spans import scored_candidates
 from rag_service.providers.llm import make_llm
 from rag_service.text.citations import cited_numbers, support, verify_claims
-from rag_service.text.sentences import split_sentences
-from rag_service.text.terms import SHORT_TEXT, terms
+from rag_service.text.sentences import _split, split_sentences
+from rag_service.text.terms import SHORT_TEXT, _terms, terms
 from tests.fake_openai import Reply, fake_openai
 
 PANTHERS = ("The Panthers defense gave up just 308 points, ranking sixth in the league. Pro Bowl defensive tackle "
@@ -44,15 +44,23 @@ def test_cached_splits_and_terms_are_the_callers_own() -> None:
     first.append(first[0])
     again = split_sentences(PANTHERS)
     assert len(again) == len(first) - 1 and again is not first
+    assert split_sentences(PANTHERS)[0] is again[0]  # the same kept sentences, in a new list
     words = terms(PANTHERS)
     words.clear()
-    assert terms(PANTHERS) and terms(PANTHERS) == terms(PANTHERS[:])
-    # A text too long to keep is worked out each time, to the same result.
+    hits = _terms.cache_info().hits
+    assert terms(PANTHERS) == terms("".join(list(PANTHERS))) != []  # an equal text, another object
+    assert _terms.cache_info().hits == hits + 2
+    # A text too long to keep is worked out each time, to the same result, and not kept.
     long_text = " ".join([PANTHERS] * (SHORT_TEXT // len(PANTHERS) + 1))
     assert len(long_text) > SHORT_TEXT
+    kept = _terms.cache_info().currsize, _split.cache_info().currsize
     assert [s.text for s in split_sentences(long_text)] == [s.text for s in split_sentences(PANTHERS)] * (
         SHORT_TEXT // len(PANTHERS) + 1)
     assert terms(long_text) == terms(PANTHERS) * (SHORT_TEXT // len(PANTHERS) + 1)
+    assert (_terms.cache_info().currsize, _split.cache_info().currsize) == kept
+    # Nor a short text with many places a sentence may end, whose sentences would fill the cache.
+    many = "A. " * 100
+    assert len(split_sentences(many)) == 100 and _split.cache_info().currsize == kept[1]
 
 
 def test_sentences_keep_offsets() -> None:
