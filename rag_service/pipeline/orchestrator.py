@@ -334,8 +334,11 @@ class QueryPipeline:
 
         async def verify() -> GeneratedAnswer | Fallback:
             answer: GeneratedAnswer = run.results["generate"]
-            check = check_output(answer.answer, cited_numbers(answer.answer), len(context),
-                                 quoted=answer.generator == "extractive")
+            quoted = answer.generator == "extractive"
+            # An extractive answer's citations are known; its text quotes the sources, whose own
+            # bracketed references ("... as shown [14].") are not citations.
+            cited = [c.n for c in answer.citations] if quoted else cited_numbers(answer.answer)
+            check = check_output(answer.answer, cited, len(context), quoted=quoted)
             if not check.ok:
                 raise OutputRejectedError(check.problems, check.unresolved_citations)
             if answer.fallback_reason:

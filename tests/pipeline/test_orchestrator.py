@@ -250,6 +250,27 @@ async def test_citations_that_resolve_to_nothing_are_repaired_by_the_verify_step
     assert "do not point at a retrieved chunk" in result.fallback_reason
 
 
+async def test_an_extractive_quote_keeps_the_sources_own_bracketed_references() -> None:
+    """A scientific sentence carries its own reference marks ("[14]"); quoted, they are not the
+    answer's citations and must neither be dropped from the quote nor turn it into a fallback."""
+    text = "Knead the dough for ten minutes [14], then let it rise for about an hour [2]."
+    hit = SearchHit(chunk_id=uuid.uuid4(), document_id=uuid.uuid4(), parent_id=None, ordinal=0,
+                    source_uri="dough.md", title="Dough", text=text, start_char=0, end_char=len(text), score=1.0)
+
+    class OnePassage(FakeRetriever):
+        async def retrieve(self, request: RetrievalRequest) -> RetrievalResult:
+            return RetrievalResult(candidates=[Candidate(hit=hit, fused_score=1.0, ranks={"semantic": 1},
+                                                         scores={"semantic": 0.8})],
+                                   iterations=[], confidence=0.8, elapsed_ms=1.0)
+
+    result = await pipeline(retriever=OnePassage(), abstain_below=0.0).run(
+        ask("How long should the dough rise?"), now=NOW)
+    assert result.generator == "extractive" and result.fallback_reason is None
+    assert "[14]" in result.answer and result.answer.endswith("[1]")
+    assert [c.n for c in result.citations] == [1]
+    assert next(s for s in result.steps if s.kind == "verify").status == "ok"
+
+
 async def test_a_persistence_failure_still_returns_the_answer() -> None:
     result = await pipeline(log=FakeLog(fail=True)).run(ask("What is IVFFlat?"), now=NOW)
     assert result.outcome == "answered" and result.answer
