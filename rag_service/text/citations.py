@@ -4,7 +4,7 @@ against the chunk it cites."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from rag_service.domain import Claim
 from rag_service.text.sentences import split_sentences
@@ -58,13 +58,16 @@ def _claim_texts(answer: str) -> list[str]:
     return texts
 
 
-def verify_claims(answer: str, sources: Sequence[str], threshold: float = SUPPORT_THRESHOLD) -> list[Claim]:
+def verify_claims(answer: str, sources: Sequence[str], threshold: float = SUPPORT_THRESHOLD,
+                  cited: Collection[int] | None = None) -> list[Claim]:
     """Each sentence of the answer as a claim with the chunks it cites (1-based into ``sources``).
     A claim is verified when every chunk it cites supports it; a cited number outside the
-    sources is reported as unresolved (never verified)."""
+    sources is reported as unresolved (never verified). ``cited``: the numbers the answer is known
+    to cite (an extractive answer's), when its text quotes sources whose own bracketed references
+    ("[14]") are not citations; other marks are then read as part of the quote."""
     claims: list[Claim] = []
     for text in _claim_texts(answer):
-        numbers = cited_numbers(text)
+        numbers = [n for n in cited_numbers(text) if cited is None or n in cited]
         if not numbers:
             claims.append(Claim(text=strip_markers(text), citations=[], verified=False, support=None))
             continue

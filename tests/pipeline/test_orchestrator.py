@@ -269,6 +269,8 @@ async def test_an_extractive_quote_keeps_the_sources_own_bracketed_references() 
     assert "[14]" in result.answer and result.answer.endswith("[1]")
     assert [c.n for c in result.citations] == [1]
     assert next(s for s in result.steps if s.kind == "verify").status == "ok"
+    # The answer's claim cites the one passage it quotes, and that passage supports it.
+    assert [(c.citations, c.verified) for c in result.claims] == [([1], True)]
 
 
 async def test_a_persistence_failure_still_returns_the_answer() -> None:

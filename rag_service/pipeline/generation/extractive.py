@@ -359,7 +359,7 @@ class ExtractiveGenerator:
                 quote=s.sentence.text, verified=True,
             ))
         # Citation order follows the answer: the first citation is the first context cited.
-        claims = verify_claims(answer, [c.hit.text for c in context])
+        claims = verify_claims(answer, [c.hit.text for c in context], cited={c.n for c in citations})
         short = (reader_short_answer(question, selection.reading) if selection.reading is not None
                  else short_answer(question, selection.best, assessment.probability, parsed=parsed))
         return GeneratedAnswer(answer=answer, short_answer=short, citations=citations, claims=claims,
