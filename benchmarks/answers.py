@@ -131,8 +131,10 @@ def answer_text_in(answers: Sequence[str], paragraphs: Iterable[str]) -> bool:
     ``paragraphs`` (``words_of`` both). Without its own paragraph a question may still be answered
     by another of its article that holds its answer (or merely the same words, as "two" or "1998"
     often are). Pure."""
-    wanted = [f" {words_of(a)} " for a in answers if words_of(a)]
-    return any(a in f" {words_of(p)} " for p in paragraphs for a in wanted)
+    wanted = [f" {words} " for words in map(words_of, answers) if words]
+    if not wanted:
+        return False
+    return any(a in text for text in (f" {words_of(p)} " for p in paragraphs) for a in wanted)
 
 
 def _outcomes(rows: list[dict], results: list[dict | None]) -> dict[str, str]:
