@@ -25,8 +25,9 @@ the short-answer models (their ``answerable`` feature is each question's out-of-
 one on the patterns' candidates, one that also reads the best sentence's parse (spaCy's
 entities, noun chunks and dependency tree: RAGSVC_ANSWER_SHORT_ANSWER_PARSE=full), and one that
 reads its named entities alone (=entities).
-A second pair of models is trained the same way with the token alignment (alignment.py, from the
-same local encoder) as two more features; the service uses it with RAGSVC_ANSWER_TOKEN_ALIGNMENT.
+A second pair of models is trained the same way with the second look as three more features: the
+token alignment (alignment.py, from the same local encoder) and the reader's best gap over the best
+sentence and its runners-up; the service takes it with RAGSVC_ANSWER_TOKEN_ALIGNMENT.
 Both pairs read the span reader's gap (providers/reader.py, the graph the package ships), as the
 service does with RAGSVC_ANSWER_READER.
 """
@@ -59,13 +60,14 @@ from benchmarks.short_answer_training import train_short_answers
 from rag_service.domain import Candidate, QueryRequest
 from rag_service.pipeline.generation.alignment import alignment, passage
 from rag_service.pipeline.generation.answerability import (
-    ALIGN_MARGIN,
     ALIGNED_CONFIDENCE_FILE,
     ALIGNED_FEATURES,
     ALIGNED_MODEL_FILE,
     CONFIDENCE_FILE,
     FEATURES,
     MODEL_FILE,
+    SECOND_LOOK_ABOVE,
+    SECOND_LOOK_BELOW,
     features,
     undecided,
 )
@@ -170,18 +172,32 @@ def read(selections: list, examples: list[dict]) -> list:
     return out
 
 
+def reread(selections: list, examples: list[dict]) -> list:
+    """The selections with the reader's best gap over their best sentence and runners-up, as a
+    second look reads them at run time (here for every example, as the alignment is)."""
+    generator, out = ExtractiveGenerator(abstain_below=0.0, reader=OnnxSpanReader()), []
+    for s, e in zip(selections, examples, strict=True):
+        if s is not None:
+            gap_top = asyncio.run(generator.best_gap(s, e["sub_questions"]))
+            s = replace(s, evidence=replace(s.evidence, reader_gap_top=gap_top))
+        out.append(s)
+    return out
+
+
 def featurise(examples: list[dict], data_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(features, label, setting, article) per example, recomputed from the saved contexts; the
     setting is "full", "removed" (without the paragraph) or "article" (without the article)."""
     generator = ExtractiveGenerator(abstain_below=0.0)
     x, y = [], []
     contexts = [[Candidate.model_validate(c) for c in e["context"]] for e in examples]
-    selections = read(aligned([generator.select(e["question"], e["sub_questions"], context)
-                               for e, context in zip(examples, contexts, strict=True)], data_dir), examples)
+    selections = reread(read(aligned([generator.select(e["question"], e["sub_questions"], context)
+                                      for e, context in zip(examples, contexts, strict=True)], data_dir), examples),
+                        examples)
     for e, context, selection in zip(examples, contexts, selections, strict=True):
         if selection is None:  # nothing retrieved: no evidence (and no alignment) at all
             row = [0.0] * len(FEATURES) + [np.nan] * (len(ALIGNED_FEATURES) - len(FEATURES))
             row[FEATURES.index("reader_gap")] = np.nan  # nothing read either
+            row[ALIGNED_FEATURES.index("reader_gap_top")] = np.nan
             x.append(row)
             y.append(0)
             continue
@@ -234,32 +250,38 @@ def main() -> None:
 
 
 def operating_point(decisions: dict) -> float:
-    """The abstention threshold to ship: the highest whose cascade (the aligned model asked within
-    ALIGN_MARGIN of it, as the generator does) still answers ANSWERED_TARGET of the full-collection
-    questions out of fold; the lowest tried when none does."""
-    at_margin = {float(key.split("/")[0]): row for key, row in decisions.items()
-                 if math.isclose(float(key.split("/")[1]), ALIGN_MARGIN)}
+    """The abstention threshold to ship: the highest whose cascade (the second look taken in the
+    generator's band around it) still answers ANSWERED_TARGET of the full-collection questions out
+    of fold; the lowest tried when none does."""
+    band = f"{SECOND_LOOK_BELOW}-{SECOND_LOOK_ABOVE}"
+    at_margin = {float(key.split("/")[0]): row for key, row in decisions.items() if key.split("/")[1] == band}
     if not at_margin:
-        raise ValueError(f"cascade() tried no margin equal to the generator's ({ALIGN_MARGIN})")
+        raise ValueError(f"cascade() tried no band equal to the generator's ({band})")
     met = [t for t, row in at_margin.items() if row["answered_full"] >= ANSWERED_TARGET]
     if not met:
         log(f"WARNING: no threshold answers {ANSWERED_TARGET} of the full collection; shipping the lowest tried")
     return max(met, default=min(at_margin))
 
 
+# The bands the cascade report tries (log-odds under and over the threshold's), the generator's among them.
+BANDS = tuple(sorted({(1.0, 1.0), (2.0, 0.25), (2.0, 0.5), (3.0, 0.0), (3.0, 0.25), (3.0, 0.5), (math.inf, 0.0),
+                      (math.inf, 0.25), (math.inf, 0.5), (math.inf, 1.0), (SECOND_LOOK_BELOW, SECOND_LOOK_ABOVE)}))
+
+
 def cascade(default: np.ndarray, aligned: np.ndarray, y: np.ndarray, setting: np.ndarray) -> dict:
-    """Out of fold, the decisions when the aligned model is asked only where the default one is
-    within a margin (log-odds) of the threshold, as the generator does: per threshold and margin,
-    the answered and hit@1 rates on the full collection, the abstention without the paragraph and
-    without the article, and the share of questions that needed the alignment (its encoder call)."""
+    """Out of fold, the decisions when the aligned model (the second look) is asked only where the
+    default one is in a band around the threshold (log-odds under and over it), as the generator
+    does: per threshold and band ("t/below-above"), the answered and hit@1 rates on the full
+    collection, the abstention without the paragraph and without the article, and the share of
+    questions that took the second look (its encoder call and reads)."""
     full, removed, article = setting == "full", setting == "removed", setting == "article"
     out: dict = {}
     for t in CASCADE_THRESHOLDS:
-        for margin in sorted({0.5, 0.75, 1.0, 1.25, 1.5, 2.0, math.inf, ALIGN_MARGIN}):
-            near = np.array([undecided(p, t, margin) for p in default])
+        for below, above in BANDS:
+            near = np.array([undecided(p, t, below, above) for p in default])
             p = np.where(near, aligned, default)
             answered = p[full] >= t
-            out[f"{t}/{margin}"] = {
+            out[f"{t}/{below}-{above}"] = {
                 "answered_full": round(float(answered.mean()), 4),
                 "hit_at_1_full": round(float((answered & (y[full] == 1)).mean()), 4),
                 "abstained_removed": _share(p[removed] < t),

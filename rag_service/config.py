@@ -189,7 +189,7 @@ class Settings(BaseSettings):
                     "of CPU: p95 15-28 ms above); 'off'. true / false mean full / off.",
     )
     answer_abstain_below: float = Field(
-        default=0.08, ge=0, le=1,
+        default=0.105, ge=0, le=1,
         description="The extractive answer says the documents do not answer (outcome no_answer) when the "
                     "answerability model's probability that its best passage holds the answer is below this; "
                     "0 never abstains.",

@@ -17,10 +17,12 @@ from rag_service.pipeline.generation.answerability import (
     FEATURES,
     READER_GAP_LIMIT,
     Evidence,
+    assess,
     default_model,
     features,
+    undecided,
 )
-from rag_service.pipeline.generation.extractive import ExtractiveGenerator, reader_input
+from rag_service.pipeline.generation.extractive import SECOND_LOOK_SENTENCES, ExtractiveGenerator, reader_input
 from rag_service.pipeline.generation.read_answers import (
     THRESHOLD_FILE,
     is_answer_span,
@@ -45,6 +47,7 @@ from rag_service.text.terms import term_spans, terms
 
 PANTHERS = ("The Panthers defense gave up just 308 points, ranking sixth in the league. Pro Bowl defensive tackle "
             "Kawann Short led the team in sacks with 11. The team played its home games in Charlotte.")
+BRONCOS = "The Broncos won Super Bowl 50 on February 7, 2016, beating the Panthers 24-10."
 
 
 def candidate(text: str, uri: str) -> Candidate:
@@ -184,6 +187,30 @@ async def test_the_generator_reads_with_the_reader_and_goes_on_without_it_when_i
         first, again = await broken.generate(question, [], context), await broken.generate(question, [], context)
         assert reader.calls == calls and "reader_gap" not in first.answerability
         assert first.answerability == again.answerability == without.answerability
+
+
+async def test_a_second_look_reads_the_runners_up_and_keeps_their_best_gap(local_embedder) -> None:
+    """Where the best sentence by shared words is not the answer's, the reader finds the answer in a
+    runner-up: the second look's gap is the best of the reads, each read as the best sentence is."""
+    context = [candidate(PANTHERS, "panthers"), candidate(BRONCOS, "broncos")]
+    question = "Which team did the Panthers play in Super Bowl 50?"
+    reader = default_reader()
+    generator = ExtractiveGenerator(reader=reader, token_encoder=local_embedder)
+    selection = generator._read(generator.select(question, [], context), [])
+    assert selection.evidence.best_sentence not in selection.runners_up
+    assert 0 < len(selection.runners_up) <= SECOND_LOOK_SENTENCES - 1
+    assert len(set(selection.runners_up)) == len(selection.runners_up)
+    gaps = [reader.read(question, s, len(s)).gap for s in (selection.evidence.best_sentence, *selection.runners_up)]
+    assert await generator.best_gap(selection, []) == max(gaps) >= selection.evidence.reader_gap
+    assert selection.evidence.reader_gap_top is None  # the first look does not read them
+
+    at_first = assess(selection.evidence).probability
+    first = await generator.generate(question, [], context)
+    assert ("reader_gap_top" in first.answerability) == undecided(at_first, generator.abstain_below)
+    near = await ExtractiveGenerator(abstain_below=at_first, reader=reader, token_encoder=local_embedder
+                                     ).generate(question, [], context)
+    assert "reader_gap_top" in near.answerability and "align_mean" in near.answerability
+    assert near.answerability["reader_gap_top"] == round(min(max(gaps), READER_GAP_LIMIT), 4)
 
 
 async def test_a_question_too_long_for_the_reader_is_cut_not_refused() -> None:

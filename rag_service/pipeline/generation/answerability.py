@@ -10,9 +10,18 @@ question in embedding space and how far it stands out from the rest, how far the
 stands out in the reranker's and the keyword search's score distributions, by how much the
 best sentence beats the best one in any other document, how far the span reader's best answer in
 the best sentence stands above its "no answer" (providers/reader.py, a reader trained on SQuAD's
-train split), and how closely the passage around the best sentence matches the question token by
-token in the local encoder's space (alignment.py). Features that cannot be computed (no semantic search,
-no reranker, no reader, no local encoder) are unknown and read as their training mean.
+train split). Features that cannot be computed (no semantic search, no reranker, no reader) are
+unknown and read as their training mean.
+
+Near the threshold, and below it, the generator takes a second look (two more features, read by a
+second pair of models): how closely the passage around the best sentence matches the question
+token by token in the local encoder's space (alignment.py), and the reader's best gap over the
+best sentence and the next few the selection ranked. The best sentence by shared words misses the
+answer's sentence for about one answerable question in five, and the reader's "no answer" on it
+then looks like an unanswerable question's; reading the runners-up finds the answer where it is.
+Out of fold on XQuAD the second read raised abstention without the paragraph by 2-3 points at the
+same answered rate (docs/benchmarks.md); it costs a few reads, so it is taken only where the first
+look may be wrong.
 
 A logistic regression over them (``benchmarks/train_answerability.py``, trained on questions built
 from XQuAD: each question against the full collection, labelled by whether the first citation is
@@ -40,17 +49,22 @@ from rag_service.text.terms import terms
 FEATURES = ("best_coverage", "best_share", "chunk_share", "context_share", "entity_best", "entity_chunk",
             "entity_context", "has_entities", "pair_best", "pair_chunk", "kind_asked", "kind_missing", "cosine_top",
             "cosine_gap", "terms_log", "margin", "rare_missing", "rerank_gap", "keyword_gap", "reader_gap")
-# With RAGSVC_ANSWER_TOKEN_ALIGNMENT on, a second pair of models also reads the token alignment.
-ALIGNED_FEATURES = (*FEATURES, "align_mean", "align_worst")
+# With RAGSVC_ANSWER_TOKEN_ALIGNMENT on, a second pair of models also reads the second look: the
+# token alignment and the reader's best gap over the selection's first few sentences.
+ALIGNED_FEATURES = (*FEATURES, "align_mean", "align_worst", "reader_gap_top")
 MODEL_FILE = "answerability.json"
 MAX_CONFIDENCE = 0.99
 CONFIDENCE_FILE = "answer_confidence.json"
 ALIGNED_MODEL_FILE = "answerability_aligned.json"
 ALIGNED_CONFIDENCE_FILE = "answer_confidence_aligned.json"
-# The alignment costs an encoder call, so it is asked for only when the default model is this close
-# to the abstention threshold (in log-odds); farther away the aligned model almost never decides
-# otherwise (the margin is chosen from train_answerability.py's cascade report).
-ALIGN_MARGIN = 1.0
+# The second look costs an encoder call and a few reads, so it is taken only where the default
+# model's log-odds are less than SECOND_LOOK_BELOW under the abstention threshold's or less than
+# SECOND_LOOK_ABOVE over them. Below the threshold is where an answerable question whose best
+# sentence is not the answer's lands; far above it the second look almost never decides otherwise.
+# The band is chosen from train_answerability.py's cascade report: about as many full-collection
+# questions look twice as did with the alignment alone (about 4%), so they do not set the p95.
+SECOND_LOOK_BELOW = 3.0
+SECOND_LOOK_ABOVE = 0.25
 # The reader's gap in logits, clipped: beyond this it says nothing more (and a passage it could not
 # read at all reads as the lowest).
 READER_GAP_LIMIT = 15.0
@@ -74,6 +88,8 @@ class Evidence:
     alignment: tuple[float, float] | None = None
     # the span reader's gap (best span over "no answer") in the best sentence, where it ran
     reader_gap: float | None = None
+    # its best gap over the best sentence and the selection's runners-up, where a second look read them
+    reader_gap_top: float | None = None
 
 
 @dataclass(frozen=True)
@@ -138,12 +154,16 @@ def features(evidence: Evidence, asked: Focus | None = None) -> np.ndarray:
         "rare_missing": max(missing, default=0.0) / unseen,
         "rerank_gap": standout(evidence.rerank_scores),
         "keyword_gap": standout(evidence.keyword_scores),
-        "reader_gap": (math.nan if evidence.reader_gap is None
-                       else min(max(evidence.reader_gap, -READER_GAP_LIMIT), READER_GAP_LIMIT)),
+        "reader_gap": _clipped_gap(evidence.reader_gap),
         "align_mean": evidence.alignment[0] if evidence.alignment else math.nan,
         "align_worst": evidence.alignment[1] if evidence.alignment else math.nan,
+        "reader_gap_top": _clipped_gap(evidence.reader_gap_top),
     }
     return np.array([row[name] for name in ALIGNED_FEATURES], dtype=np.float64)
+
+
+def _clipped_gap(gap: float | None) -> float:
+    return math.nan if gap is None else min(max(gap, -READER_GAP_LIMIT), READER_GAP_LIMIT)
 
 
 @cache
@@ -166,8 +186,8 @@ def _sigmoid(logit: float) -> float:
 
 def assess(evidence: Evidence, model: LinearModel | None = None, confidence: LinearModel | None = None) -> Assessment:
     """The models' reading of the evidence: whether it answers, and the answer's confidence (the
-    aligned pair when the evidence carries the token alignment)."""
-    aligned = evidence.alignment is not None
+    aligned pair when the evidence carries a second look)."""
+    aligned = evidence.alignment is not None or evidence.reader_gap_top is not None
     model, confidence = model or default_model(aligned), confidence or confidence_model(aligned)
     row = features(evidence)[None, :len(model.features)]
     # Never certain: the models extrapolate beyond what they were trained on.
@@ -177,13 +197,16 @@ def assess(evidence: Evidence, model: LinearModel | None = None, confidence: Lin
                                 if not math.isnan(v)})
 
 
-def undecided(probability: float, threshold: float, margin: float = ALIGN_MARGIN) -> bool:
-    """Whether ``probability`` is within ``margin`` log-odds of the abstention ``threshold`` (never
-    at a threshold of 0 or 1: those decide without a model)."""
+def undecided(probability: float, threshold: float, below: float = SECOND_LOOK_BELOW,
+              above: float = SECOND_LOOK_ABOVE) -> bool:
+    """Whether ``probability``'s log-odds are less than ``below`` under the abstention
+    ``threshold``'s and less than ``above`` over them: where a second look is taken (never at a
+    threshold of 0 or 1: those decide without a model)."""
     if not 0 < threshold < 1:
         return False
     p = min(max(probability, 1e-9), 1 - 1e-9)
-    return abs(math.log(p / (1 - p)) - math.log(threshold / (1 - threshold))) < margin
+    distance = math.log(p / (1 - p)) - math.log(threshold / (1 - threshold))
+    return -below < distance < above
 
 
 def impute(rows: np.ndarray, model: LinearModel) -> np.ndarray:

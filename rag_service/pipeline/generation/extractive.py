@@ -2,13 +2,15 @@
 the question (and each sub-question), in reading order, each cited [n], with a short answer span
 when one is likely enough: the span reader's (read_answers.py), or without a reader the pattern
 model's (spans.py). When the answerability model (answerability.py, which reads the span reader's
-"no answer" too; near its threshold, with the question's token alignment to the best passage,
-alignment.py) finds the retrieved evidence does not answer the question, it says so instead and
-lists the closest passages. An answer's confidence comes from the calibrated confidence model; a "does not answer"
-reports the answerability probability."""
+"no answer" too; near its threshold and below it, with a second look: the question's token
+alignment to the best passage, alignment.py, and the reader on the runners-up) finds the retrieved
+evidence does not answer the question, it says so instead and lists the closest passages. An
+answer's confidence comes from the calibrated confidence model; a "does not answer" reports the
+answerability probability."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections import Counter
@@ -39,6 +41,10 @@ from rag_service.text.sentences import Sentence, split_sentences
 from rag_service.text.terms import terms
 
 MAX_SENTENCES = 3
+# A second look reads this many of the best-scoring sentences (the best, read already, and its
+# runners-up): out of fold on XQuAD, 2 to 6 did about as well (docs/benchmarks.md), and each read
+# costs about 5 ms; three runners-up put the answers that take the second look past the p95.
+SECOND_LOOK_SENTENCES = 2
 SUPPORT_RATIO = 0.6
 _RANK_PRIOR = 0.15
 PROMPT_NAME = "answer_extractive"
@@ -59,6 +65,7 @@ class Selection:
     best: str                 # the best-scoring sentence's text (where a short answer is looked for)
     evidence: Evidence        # what the answerability models read (the alignment only once generate adds it)
     reading: SpanReading | None = None  # the span reader's, of the best sentence (once read)
+    runners_up: tuple[str, ...] = ()    # the next best-scoring sentences' texts, best first (a second look reads them)
 
 
 def _idf(sentences: Sequence[list[str]]) -> dict[str, float]:
@@ -85,7 +92,7 @@ NOT_IN_DOCUMENTS = ("The documents in this collection do not appear to answer th
                     "are given with this answer, in case the answer is phrased in a way I did not recognise.")
 # The default abstention threshold on the answerability probability: the operating point the training
 # chose (train_answerability.py; the model file records it, and a test keeps the two equal).
-ABSTAIN_BELOW = 0.08
+ABSTAIN_BELOW = 0.105
 
 
 @dataclass(frozen=True)
@@ -168,12 +175,31 @@ class ExtractiveGenerator:
             except ProviderError as exc:
                 self._reader_failed(exc)
         assessment = assess(selection.evidence)
-        # Near the threshold, the token alignment decides (one encoder call); elsewhere it
-        # would almost never change the decision.
+        # Near the threshold and below it, a second look decides (one encoder call and a few
+        # reads); elsewhere it would almost never change the decision.
         if self._token_encoder is not None and undecided(assessment.probability, parameters.abstain_below):
-            selection = replace(selection, evidence=await self.aligned(selection.evidence))
+            # The encoder call and the reads overlap: each alone leaves part of the two cores idle.
+            evidence, gap_top = await asyncio.gather(self.aligned(selection.evidence),
+                                                     self.best_gap(selection, sub_questions))
+            selection = replace(selection, evidence=replace(evidence, reader_gap_top=gap_top))
             assessment = assess(selection.evidence)
         return selection, assessment
+
+    async def best_gap(self, selection: Selection, sub_questions: Sequence[str]) -> float | None:
+        """The reader's best gap over the selection's best sentence and its runners-up (each read
+        alone, as the best sentence is, so it reads the same wherever it ranks); None when the
+        reader did not read the best sentence or cannot read now."""
+        best = selection.evidence.reader_gap
+        if self._reader is None or best is None or reader_input(selection, sub_questions) is None:
+            return None
+        gaps = [best]
+        try:
+            for sentence in selection.runners_up:
+                gaps.append((await self._reader.read_async(selection.evidence.question, sentence, len(sentence))).gap)
+        except ProviderError as exc:
+            self._reader_failed(exc)
+            return None
+        return max(gaps)
 
     async def aligned(self, evidence: Evidence) -> Evidence:
         """``evidence`` with the question's token alignment to the best passage, when a local
@@ -278,6 +304,7 @@ class ExtractiveGenerator:
         idf = _idf(sentence_terms)
         chosen: dict[tuple[int, int], _Scored] = {}
         evidence: Evidence | None = None
+        runners_up: list[str] = []
         for index, q in enumerate([question, *sub_questions]):
             q_terms = set(terms(q))
             # A heading that repeats the title, or says nothing the question does not, covers the
@@ -305,6 +332,11 @@ class ExtractiveGenerator:
                     cosines=[c.scores["semantic"] for c in context if "semantic" in c.scores],
                     rerank_scores=[c.rerank_score for c in context if c.rerank_score is not None],
                     keyword_scores=[c.scores["keyword"] for c in context if "keyword" in c.scores])
+                for s in scored[1:]:
+                    if len(runners_up) == SECOND_LOOK_SENTENCES - 1:
+                        break
+                    if s.sentence.text != top.sentence.text and s.sentence.text not in runners_up:
+                        runners_up.append(s.sentence.text)
                 if not sub_questions:
                     # A single question may take a couple of supporting sentences that score nearly as well.
                     for s in scored[1:parameters.max_sentences]:
@@ -313,7 +345,8 @@ class ExtractiveGenerator:
         assert evidence is not None
         # Reading order: by context rank, then position in the chunk.
         ordered = sorted(chosen.values(), key=lambda s: (s.context, s.sentence.start))
-        return Selection(ordered, max(chosen.values(), key=lambda s: s.score).sentence.text, evidence)
+        return Selection(ordered, max(chosen.values(), key=lambda s: s.score).sentence.text, evidence,
+                         runners_up=tuple(runners_up))
 
     def extract(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate],
                 retrieval_confidence: float | None = None,
