@@ -13,15 +13,17 @@ the best sentence stands above its "no answer" (providers/reader.py, a reader tr
 train split). Features that cannot be computed (no semantic search, no reranker, no reader) are
 unknown and read as their training mean.
 
-Near the threshold, and below it, the generator takes a second look (two more features, read by a
+Near the threshold, and below it, the generator takes a second look (three more features, read by a
 second pair of models): how closely the passage around the best sentence matches the question
-token by token in the local encoder's space (alignment.py), and the reader's best gap over the
-best sentence and the next few the selection ranked. The best sentence by shared words misses the
-answer's sentence for about one answerable question in five, and the reader's "no answer" on it
-then looks like an unanswerable question's; reading the runners-up finds the answer where it is.
-Out of fold on XQuAD the second read raised abstention without the paragraph by 2-3 points at the
-same answered rate (docs/benchmarks.md); it costs a few reads, so it is taken only where the first
-look may be wrong.
+token by token in the local encoder's space (alignment.py), and the reader's better gap over the
+best sentence and the runner-up the selection ranked (extractive.SECOND_LOOK_SENTENCES). The best
+sentence by shared words misses the answer's sentence for about one answerable question in five,
+and the reader's "no answer" on it then looks like an unanswerable question's; reading the
+runner-up finds the answer where it is.
+Out of fold on XQuAD the second look with the runner-up's read abstained without the paragraph about
+a point more than the alignment alone at the answered rate the training aims for, and 2-3 more at
+the least the goal allows (docs/benchmarks.md); it costs an encoder call and a read, so it is taken
+only where the first look may be wrong.
 
 A logistic regression over them (``benchmarks/train_answerability.py``, trained on questions built
 from XQuAD: each question against the full collection, labelled by whether the first citation is
