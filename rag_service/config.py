@@ -160,11 +160,11 @@ class Settings(BaseSettings):
     )
     answer_token_alignment: bool = Field(
         default=True,
-        description="When the answerability model is near the abstention threshold, it also reads how closely "
-                    "the best passage matches the question token by token (an int8 copy of the local encoder, "
-                    "one call; on XQuAD 5% of answerable questions need it, abstention without the paragraph "
-                    "0.685 -> 0.723, for about 2 ms of p95 in one side-by-side run, both measured before the span "
-                    "reader); ignored with a remote embedder.",
+        description="The second look: where the answerability model is less than 3 log-odds under the abstention "
+                    "threshold or 0.25 over it (about 4% of XQuAD's answerable questions), a second pair of models "
+                    "also reads how closely the best passage matches the question token by token (an int8 copy of "
+                    "the local encoder, one call) and, with the span reader on, its better gap over the best "
+                    "sentence and the runner-up (one more read); ignored with a remote embedder.",
     )
     answer_reader: bool = Field(
         default=True,

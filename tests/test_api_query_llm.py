@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from rag_service.api import create_app
 from rag_service.config import load_settings
+from rag_service.pipeline.generation.extractive import ABSTAIN_BELOW
 from tests.fake_openai import Reply, fake_openai
 from tests.test_api_query import _events, _ingest
 
@@ -62,7 +63,7 @@ def test_an_llm_that_finds_no_answer_in_the_passages_gives_outcome_no_answer(llm
     assert result["citations"] == [] and result["evaluation"] is None and result["review_id"] is None
     assert result["closest_sources"] and all(not s["verified"] for s in result["closest_sources"])
     # Checked by the answerability models, which find nothing on it either: their probability is the confidence.
-    assert result["answerability"]["probability"] < 0.08
+    assert result["answerability"]["probability"] < ABSTAIN_BELOW
     assert result["confidence"] == pytest.approx(result["answerability"]["probability"], abs=1e-3)
     events = _events(llm_client, {"question": "Who won the 2022 FIFA World Cup?"})
     assert "".join(d["text"] for k, d in events if k == "token") == statement
@@ -77,7 +78,7 @@ def test_an_uncited_llm_reply_the_evidence_answers_is_graded_not_an_abstention(l
     result = llm_client.post("/v1/query", json={"question": "How long should the dough rise?",
                                                 "collection": "kb"}).json()
     assert result["outcome"] == "answered" and result["answer"] == "About an hour." and result["generator"] == "llm"
-    assert result["closest_sources"] == [] and result["answerability"]["probability"] >= 0.08
+    assert result["closest_sources"] == [] and result["answerability"]["probability"] >= ABSTAIN_BELOW
     assert result["evaluation"]["metrics"]["traceability"]["value"] < 0.5 and result["evaluation"]["needs_review"]
     assert result["review_id"] is not None
 

@@ -199,9 +199,9 @@ def test_a_bare_year_can_be_a_count() -> None:
 
 
 def test_undecided_is_a_band_in_log_odds_around_the_threshold_wider_below_it() -> None:
-    assert undecided(0.1, 0.1) and undecided(0.11, 0.1) and undecided(0.05, 0.1) and undecided(0.01, 0.1)
-    assert not undecided(0.2, 0.1)  # 0.81 log-odds over: answered at first look
-    assert not undecided(0.001, 0.1)  # 4.7 log-odds under: abstained at first look
+    assert undecided(0.1, 0.1) and undecided(0.05, 0.1) and undecided(0.01, 0.1)
+    assert undecided(0.12, 0.1) and not undecided(0.13, 0.1)  # 0.21 and 0.30 log-odds over (the band: 0.25)
+    assert undecided(0.006, 0.1) and not undecided(0.005, 0.1)  # 2.92 and 3.10 log-odds under (the band: 3)
     assert not undecided(0.1, 0.0) and not undecided(0.9, 1.0)  # those thresholds decide without a model
     assert undecided(0.5, 0.1, below=1.0, above=10.0) and not undecided(0.05, 0.1, below=0.5, above=10.0)
 

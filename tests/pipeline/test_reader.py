@@ -48,6 +48,8 @@ from rag_service.text.terms import term_spans, terms
 PANTHERS = ("The Panthers defense gave up just 308 points, ranking sixth in the league. Pro Bowl defensive tackle "
             "Kawann Short led the team in sacks with 11. The team played its home games in Charlotte.")
 BRONCOS = "The Broncos won Super Bowl 50 on February 7, 2016, beating the Panthers 24-10."
+TREATY = ("The committee met in Geneva to discuss the treaty on the river's water rights. "
+          "The agreement was finally signed in 1921 by both governments.")
 
 
 def candidate(text: str, uri: str) -> Candidate:
@@ -192,16 +194,20 @@ async def test_the_generator_reads_with_the_reader_and_goes_on_without_it_when_i
 async def test_a_second_look_reads_the_runners_up_and_keeps_their_best_gap(local_embedder) -> None:
     """Where the best sentence by shared words is not the answer's, the reader finds the answer in a
     runner-up: the second look's gap is the best of the reads, each read as the best sentence is."""
-    context = [candidate(PANTHERS, "panthers"), candidate(BRONCOS, "broncos")]
-    question = "Which team did the Panthers play in Super Bowl 50?"
+    context = [candidate(TREATY, "treaty"), candidate(BRONCOS, "broncos")]
+    question = "When was the treaty on the river's water rights discussed by the committee in Geneva signed?"
     reader = default_reader()
     generator = ExtractiveGenerator(reader=reader, token_encoder=local_embedder)
     selection = generator._read(generator.select(question, [], context), [])
-    assert selection.evidence.best_sentence not in selection.runners_up
+    assert selection.evidence.best_sentence.startswith("The committee met in Geneva")  # most shared words
+    assert selection.runners_up[0].startswith("The agreement was finally signed in 1921")  # the answer's
     assert 0 < len(selection.runners_up) <= SECOND_LOOK_SENTENCES - 1
     assert len(set(selection.runners_up)) == len(selection.runners_up)
+    assert selection.evidence.best_sentence not in selection.runners_up
+    runner_up = reader.read(question, selection.runners_up[0], len(selection.runners_up[0]))
+    assert runner_up.text == "1921" and runner_up.gap > 0 > selection.evidence.reader_gap
     gaps = [reader.read(question, s, len(s)).gap for s in (selection.evidence.best_sentence, *selection.runners_up)]
-    assert await generator.best_gap(selection, []) == max(gaps) >= selection.evidence.reader_gap
+    assert await generator.best_gap(selection, []) == max(gaps) == runner_up.gap
     assert selection.evidence.reader_gap_top is None  # the first look does not read them
 
     at_first = assess(selection.evidence).probability
@@ -211,6 +217,42 @@ async def test_a_second_look_reads_the_runners_up_and_keeps_their_best_gap(local
                                      ).generate(question, [], context)
     assert "reader_gap_top" in near.answerability and "align_mean" in near.answerability
     assert near.answerability["reader_gap_top"] == round(min(max(gaps), READER_GAP_LIMIT), 4)
+
+
+async def test_a_second_look_without_the_alignment_or_a_runner_up_read_falls_back() -> None:
+    """A broken encoder takes no second look at all (the aligned models were trained with the
+    alignment on every example), the first time as later; a runner-up the reader cannot read is left
+    out of the best gap, and the answer goes on."""
+
+    class BrokenEncoder:
+        calls = 0
+
+        async def token_vectors(self, texts):  # noqa: ANN001, ANN202
+            BrokenEncoder.calls += 1
+            raise ProviderError("could not encode token vectors (onnx): OSError: disk full", stage="embedder")
+
+    context = [candidate(TREATY, "treaty")]
+    question = "When was the treaty on the river's water rights discussed by the committee in Geneva signed?"
+    reader = default_reader()
+    probability = ExtractiveGenerator(reader=reader).extract(question, [], context).answerability["probability"]
+    generator = ExtractiveGenerator(abstain_below=probability, token_encoder=BrokenEncoder(), reader=reader)
+    first = await generator.generate(question, [], context)
+    again = await generator.generate(question, [], context)
+    assert BrokenEncoder.calls == 1
+    assert "reader_gap_top" not in first.answerability and "align_mean" not in first.answerability
+    assert first.answerability == again.answerability == ExtractiveGenerator(
+        abstain_below=probability, reader=reader).extract(question, [], context).answerability
+
+    class BestSentenceOnly:
+        async def read_async(self, question, passage, within=None):  # noqa: ANN001, ANN201
+            if passage.startswith("The agreement"):
+                raise ProviderError("span reader: could not read this input", stage="generate")
+            return reader.read(question, passage, within)
+
+    shy = ExtractiveGenerator(reader=BestSentenceOnly())
+    selection = generator._read(generator.select(question, [], context), [])
+    assert await shy.best_gap(selection, []) == selection.evidence.reader_gap  # the runner-up left out
+    assert shy._reader is not None  # one input it could not read does not turn it off
 
 
 async def test_a_question_too_long_for_the_reader_is_cut_not_refused() -> None:

@@ -21,8 +21,8 @@ sentence by shared words misses the answer's sentence for about one answerable q
 and the reader's "no answer" on it then looks like an unanswerable question's; reading the
 runner-up finds the answer where it is.
 Out of fold on XQuAD the second look with the runner-up's read abstained without the paragraph about
-a point more than the alignment alone at the answered rate the training aims for, and 2-3 more at
-the least the goal allows (docs/benchmarks.md); it costs an encoder call and a read, so it is taken
+a point more than the alignment alone at the answered rate the training aims for, and about 2 more
+at the least the goal allows (docs/benchmarks.md); it costs an encoder call and a read, so it is taken
 only where the first look may be wrong.
 
 A logistic regression over them (``benchmarks/train_answerability.py``, trained on questions built
@@ -52,14 +52,14 @@ FEATURES = ("best_coverage", "best_share", "chunk_share", "context_share", "enti
             "entity_context", "has_entities", "pair_best", "pair_chunk", "kind_asked", "kind_missing", "cosine_top",
             "cosine_gap", "terms_log", "margin", "rare_missing", "rerank_gap", "keyword_gap", "reader_gap")
 # With RAGSVC_ANSWER_TOKEN_ALIGNMENT on, a second pair of models also reads the second look: the
-# token alignment and the reader's best gap over the selection's first few sentences.
+# token alignment and the reader's better gap over the best sentence and the runner-up.
 ALIGNED_FEATURES = (*FEATURES, "align_mean", "align_worst", "reader_gap_top")
 MODEL_FILE = "answerability.json"
 MAX_CONFIDENCE = 0.99
 CONFIDENCE_FILE = "answer_confidence.json"
 ALIGNED_MODEL_FILE = "answerability_aligned.json"
 ALIGNED_CONFIDENCE_FILE = "answer_confidence_aligned.json"
-# The second look costs an encoder call and a few reads, so it is taken only where the default
+# The second look costs an encoder call and a read, so it is taken only where the default
 # model's log-odds are less than SECOND_LOOK_BELOW under the abstention threshold's or less than
 # SECOND_LOOK_ABOVE over them. Below the threshold is where an answerable question whose best
 # sentence is not the answer's lands; far above it the second look almost never decides otherwise.

@@ -42,7 +42,7 @@ from rag_service.text.terms import terms
 
 MAX_SENTENCES = 3
 # A second look reads this many of the best-scoring sentences (the best, read already, and its
-# runners-up): out of fold on XQuAD, 2 to 6 did about as well (docs/benchmarks.md), and each read
+# runners-up): out of fold on XQuAD, 2 to 5 did about as well (docs/benchmarks.md), and each read
 # costs about 5 ms; three runners-up put the answers that take the second look past the p95.
 SECOND_LOOK_SENTENCES = 2
 SUPPORT_RATIO = 0.6
@@ -144,9 +144,10 @@ class ExtractiveGenerator:
                        retrieval_confidence: float | None = None, on_token: TokenSink | None = None,
                        prompt: PromptVersion | None = None) -> GeneratedAnswer:
         """The AnswerGenerator protocol: what ``extract`` does, with ``prompt``'s parameters, and
-        with the token alignment when the default models are near the threshold (``extract`` is
-        synchronous and never asks for it); each claim is passed to ``on_token`` as the answer's
-        text (there is no model tier, and retrieved text is never executed as instructions)."""
+        with the second look (the token alignment and the runner-up's read) where the default
+        models are near the threshold or below it (``extract`` is synchronous and never takes
+        it); each claim is passed to ``on_token`` as the answer's text (there is no model tier,
+        and retrieved text is never executed as instructions)."""
         parameters = self.defaults.updated(prompt.parameters) if prompt is not None else self.defaults
         selection, assessment = await self.assessed(question, sub_questions, context, parameters)
         parsed = (await self._parse_async(question, selection.best)
@@ -164,7 +165,7 @@ class ExtractiveGenerator:
     async def assessed(self, question: str, sub_questions: Sequence[str], context: Sequence[Candidate],
                        parameters: ExtractiveParameters | None = None) -> tuple[Selection | None, Assessment | None]:
         """The best evidence in ``context`` and the answerability models' reading of it (None, None
-        when there is none), the token alignment deciding near the threshold."""
+        when there is none), the second look deciding near the threshold and below it."""
         parameters = parameters or self.defaults
         selection = self.select(question, sub_questions, context, parameters=parameters)
         if selection is None:
@@ -175,30 +176,34 @@ class ExtractiveGenerator:
             except ProviderError as exc:
                 self._reader_failed(exc)
         assessment = assess(selection.evidence)
-        # Near the threshold and below it, a second look decides (one encoder call and a few
-        # reads); elsewhere it would almost never change the decision.
+        # Near the threshold and below it, a second look decides (one encoder call and a read);
+        # elsewhere it would almost never change the decision.
         if self._token_encoder is not None and undecided(assessment.probability, parameters.abstain_below):
-            # The encoder call and the reads overlap: each alone leaves part of the two cores idle.
+            # The encoder call and the read overlap: each alone leaves part of the two cores idle.
             evidence, gap_top = await asyncio.gather(self.aligned(selection.evidence),
                                                      self.best_gap(selection, sub_questions))
-            selection = replace(selection, evidence=replace(evidence, reader_gap_top=gap_top))
-            assessment = assess(selection.evidence)
+            # The aligned models were trained with the alignment on every example: without it (the
+            # encoder failed) the default models decide, as they do from then on.
+            if evidence.alignment is not None:
+                selection = replace(selection, evidence=replace(evidence, reader_gap_top=gap_top))
+                assessment = assess(selection.evidence)
         return selection, assessment
 
     async def best_gap(self, selection: Selection, sub_questions: Sequence[str]) -> float | None:
         """The reader's best gap over the selection's best sentence and its runners-up (each read
-        alone, as the best sentence is, so it reads the same wherever it ranks); None when the
-        reader did not read the best sentence or cannot read now."""
-        best = selection.evidence.reader_gap
-        if self._reader is None or best is None or reader_input(selection, sub_questions) is None:
+        alone, as the best sentence is, so it reads the same wherever it ranks; one that cannot be
+        read is left out); None when the reader did not read the best sentence."""
+        reader, best = self._reader, selection.evidence.reader_gap
+        if reader is None or best is None or reader_input(selection, sub_questions) is None:
             return None
         gaps = [best]
-        try:
-            for sentence in selection.runners_up:
-                gaps.append((await self._reader.read_async(selection.evidence.question, sentence, len(sentence))).gap)
-        except ProviderError as exc:
-            self._reader_failed(exc)
-            return None
+        for sentence in selection.runners_up:
+            try:
+                gaps.append((await reader.read_async(selection.evidence.question, sentence, len(sentence))).gap)
+            except ProviderError as exc:
+                self._reader_failed(exc)
+                if isinstance(exc, ReaderUnavailableError):
+                    break
         return max(gaps)
 
     async def aligned(self, evidence: Evidence) -> Evidence:
