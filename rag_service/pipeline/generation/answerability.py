@@ -188,8 +188,9 @@ def _sigmoid(logit: float) -> float:
 
 def assess(evidence: Evidence, model: LinearModel | None = None, confidence: LinearModel | None = None) -> Assessment:
     """The models' reading of the evidence: whether it answers, and the answer's confidence (the
-    aligned pair when the evidence carries a second look)."""
-    aligned = evidence.alignment is not None or evidence.reader_gap_top is not None
+    aligned pair when the evidence carries a second look: the token alignment, which the aligned
+    models were trained with on every example, and the runner-up's read where the reader ran)."""
+    aligned = evidence.alignment is not None
     model, confidence = model or default_model(aligned), confidence or confidence_model(aligned)
     row = features(evidence)[None, :len(model.features)]
     # Never certain: the models extrapolate beyond what they were trained on.
