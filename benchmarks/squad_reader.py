@@ -286,13 +286,14 @@ def dev_readings(articles: list[dict], questions: int, graph: Path | None) -> li
     for ``questions`` sampled dev questions, read as the service reads: the question's article's
     five paragraphs sharing most content words with it (a stand-in for retrieval: the paragraph that
     answers may be missing) go through the extractive selection, and the reader reads what the
-    service gives it (``extractive.reader_input``: the best sentence) with the shipped graph."""
+    service gives it (``selection.reader_input``: the best sentence) with the shipped graph."""
     import uuid
 
     from benchmarks.answers import normalize
     from rag_service.domain import Candidate, SearchHit
-    from rag_service.pipeline.generation.extractive import ExtractiveGenerator, reader_input
+    from rag_service.pipeline.generation.extractive import ExtractiveGenerator
     from rag_service.pipeline.generation.read_answers import reader_short_answer
+    from rag_service.pipeline.generation.selection import reader_input
     from rag_service.providers.reader import OnnxSpanReader
 
     def candidate(title: str, k: int, text: str) -> Candidate:

@@ -71,7 +71,8 @@ from rag_service.pipeline.generation.answerability import (
     features,
     undecided,
 )
-from rag_service.pipeline.generation.extractive import ExtractiveGenerator, reader_input, with_reading
+from rag_service.pipeline.generation.extractive import ExtractiveGenerator
+from rag_service.pipeline.generation.selection import reader_input, with_reading
 from rag_service.pipeline.orchestrator import QueryPipeline
 from rag_service.providers.embeddings import LocalEmbedder
 from rag_service.providers.reader import OnnxSpanReader

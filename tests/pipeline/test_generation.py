@@ -15,8 +15,9 @@ from rag_service.domain import Candidate, Citation, GeneratedAnswer, SearchHit
 from rag_service.errors import ProviderError
 from rag_service.pipeline.generation.answerability import Assessment
 from rag_service.pipeline.generation.declines import confirm_decline
-from rag_service.pipeline.generation.extractive import ExtractiveGenerator, _coverage
+from rag_service.pipeline.generation.extractive import ExtractiveGenerator
 from rag_service.pipeline.generation.llm_generator import AnswerFieldStreamer, LLMGenerator
+from rag_service.pipeline.generation.selection import coverage
 from rag_service.pipeline.generation.spans import scored_candidates
 from rag_service.providers.llm import make_llm
 from rag_service.text.citations import cited_numbers, support, verify_claims
@@ -154,8 +155,8 @@ def test_coverage_does_not_depend_on_the_order_of_the_terms() -> None:
     # 0.1 + 0.2 + 0.3 != 0.3 + 0.2 + 0.1).
     idf = {"alpha": 0.1, "beta": 0.2, "gamma": 0.3, "delta": 1.0}
     question, sentence = ["alpha", "beta", "gamma", "delta"], ["alpha", "beta", "gamma"]
-    forward = _coverage(_OrderedTerms(question), _OrderedTerms(sentence), idf)
-    backward = _coverage(_OrderedTerms(question[::-1]), _OrderedTerms(sentence[::-1]), idf)
+    forward = coverage(_OrderedTerms(question), _OrderedTerms(sentence), idf)
+    backward = coverage(_OrderedTerms(question[::-1]), _OrderedTerms(sentence[::-1]), idf)
     assert forward == backward
 
 

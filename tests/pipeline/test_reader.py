@@ -22,13 +22,14 @@ from rag_service.pipeline.generation.answerability import (
     features,
     undecided,
 )
-from rag_service.pipeline.generation.extractive import SECOND_LOOK_SENTENCES, ExtractiveGenerator, reader_input
+from rag_service.pipeline.generation.extractive import ExtractiveGenerator
 from rag_service.pipeline.generation.read_answers import (
     THRESHOLD_FILE,
     is_answer_span,
     reader_short_answer,
     shipped_threshold,
 )
+from rag_service.pipeline.generation.selection import SECOND_LOOK_SENTENCES, reader_input
 from rag_service.providers.reader import (
     GRAPH_FILE,
     MAX_ANSWER_TOKENS,

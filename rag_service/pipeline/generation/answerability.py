@@ -16,7 +16,7 @@ unknown and read as their training mean.
 Near the threshold, and below it, the generator takes a second look (three more features, read by a
 second pair of models): how closely the passage around the best sentence matches the question
 token by token in the local encoder's space (alignment.py), and the reader's better gap over the
-best sentence and the runner-up the selection ranked (extractive.SECOND_LOOK_SENTENCES). The best
+best sentence and the runner-up the selection ranked (selection.SECOND_LOOK_SENTENCES). The best
 sentence by shared words misses the answer's sentence for about one answerable question in five,
 and the reader's "no answer" on it then looks like an unanswerable question's; reading the
 runner-up finds the answer where it is.
