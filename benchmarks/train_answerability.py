@@ -176,13 +176,14 @@ def read(selections: list, examples: list[dict]) -> list:
 def reread(selections: list, examples: list[dict]) -> list:
     """The selections with the reader's best gap over their best sentence and runners-up, as a
     second look reads them at run time (here for every example, as the alignment is)."""
-    generator, out = ExtractiveGenerator(abstain_below=0.0, reader=OnnxSpanReader()), []
-    for s, e in zip(selections, examples, strict=True):
-        if s is not None:
-            gap_top = asyncio.run(generator.best_gap(s, e["sub_questions"]))
-            s = replace(s, evidence=replace(s.evidence, reader_gap_top=gap_top))
-        out.append(s)
-    return out
+    generator = ExtractiveGenerator(abstain_below=0.0, reader=OnnxSpanReader())
+
+    async def gaps() -> list[float | None]:  # one event loop for all, one read at a time as at run time
+        return [None if s is None else await generator.best_gap(s, e["sub_questions"])
+                for s, e in zip(selections, examples, strict=True)]
+
+    return [s if s is None else replace(s, evidence=replace(s.evidence, reader_gap_top=gap))
+            for s, gap in zip(selections, asyncio.run(gaps()), strict=True)]
 
 
 def featurise(examples: list[dict], data_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
