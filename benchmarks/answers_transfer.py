@@ -11,8 +11,10 @@ not in this repository; this is the nearest evidence that is):
   is right for nearly all (a few of XQuAD's 48 articles are on biology or medicine: Immune system,
   Pharmacy, Oxygen, Chloroplast, Black Death; no claim's abstract is there);
 - XQuAD's questions as typed into a search box (lower case, no question mark) against the full
-  collection (answering is right; an answer is right when its first citation is the paragraph) and
-  against the collection without their article (``xquad-minus-articles-g``; abstaining is right).
+  collection (answering is right; an answer is right when its first citation is the paragraph),
+  against the collection without their own paragraph (``xquad-minus-k``: the article's four other
+  paragraphs stay, as for the issue's abstention goal; abstaining is right) and against the
+  collection without their article (``xquad-minus-articles-g``; abstaining is right).
 
 For each setting: the share of each outcome, hit@1 among the answers, their mean confidence and
 the expected calibration error (10 equal-width bins) where an answer can be right. Ends with one
@@ -33,7 +35,16 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.answers import expected_calibration_error, log
-from benchmarks.datasets import BENCH_DATA, ingest_once, open_runtime, scifact, xquad, xquad_rows, xquad_without_article
+from benchmarks.datasets import (
+    BENCH_DATA,
+    ingest_once,
+    open_runtime,
+    scifact,
+    xquad,
+    xquad_rows,
+    xquad_without_article,
+    xquad_without_gold,
+)
 from rag_service.domain import QueryRequest
 
 
@@ -91,9 +102,10 @@ def main() -> None:
         parser.error("--every must be >= 1")
 
     claims = scifact("test")
-    full, off_topic = xquad(), xquad_without_article()
+    full, off_topic, siblings = xquad(), xquad_without_article(), xquad_without_gold()
     ingest_once(args.scifact_dir, claims)
-    ingest_once(args.xquad_dir, full, *off_topic)
+    ingest_once(args.xquad_dir, full, *siblings, *off_topic)
+    paragraph_removed = {qid: d.collection for d in siblings for qid in d.qrels}
     article_removed = {qid: d.collection for d in off_topic for qid in d.qrels}
     rows = xquad_rows()[:: args.every]
     settings = {
@@ -104,6 +116,8 @@ def main() -> None:
             Ask(text, full.collection, frozenset()) for qid, text in claims.queries.items() if qid in claims.qrels]),
         "xquad_web_style_full": (args.xquad_dir, True, [
             Ask(web_style(r["question"]), full.collection, frozenset(full.qrels[r["id"]])) for r in rows]),
+        "xquad_web_style_paragraph_removed": (args.xquad_dir, False, [
+            Ask(web_style(r["question"]), paragraph_removed[r["id"]], frozenset()) for r in rows]),
         "xquad_web_style_article_removed": (args.xquad_dir, False, [
             Ask(web_style(r["question"]), article_removed[r["id"]], frozenset()) for r in rows]),
     }
