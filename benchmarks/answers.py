@@ -214,7 +214,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=BENCH_DATA / "xquad")
     parser.add_argument("--limit", type=int, default=None, help="Only the first N questions (smoke test).")
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--concurrency", type=int, default=16,
+                        help="requests at a time in the throughput pass (every other pass asks one at a time)")
     parser.add_argument("--outcomes", type=Path, help="Save each question's outcome in each setting here (JSON).")
     parser.add_argument("--against", type=Path,
                         help="An --outcomes file of another run: compare with it question by question.")
@@ -252,9 +253,9 @@ def main() -> None:
             log(f"concurrency 1: {len(rows)} questions in {wall1:.1f} s")
             _, latencies_n, wall_n = asyncio.run(ask_all(base, rows, args.concurrency))
             log(f"concurrency {args.concurrency}: {len(rows)} questions in {wall_n:.1f} s")
-            # The abstention settings are asked one at a time, as the full collection is: N at a time
-            # on two cores a request waits long enough for the adaptive loop's time budget to cut its
-            # retrieval short, and an outcome would then depend on the load (docs/benchmarks.md).
+            # The abstention settings are asked one at a time, as the full collection is. Asked N at a
+            # time on a small machine, a request can wait past the adaptive loop's time budget, which
+            # then cuts its retrieval short: its outcome would follow the load (docs/benchmarks.md).
             removed, _, _ = asyncio.run(ask_all(base, rows, 1, collection_without))
             log(f"without their paragraphs: {len(rows)} questions")
             other_articles, _, _ = asyncio.run(ask_all(base, rows, 1, collection_off_topic))

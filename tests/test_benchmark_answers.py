@@ -72,6 +72,21 @@ def test_each_question_is_asked_of_a_collection_without_its_article(monkeypatch:
         assert kept and asked_about and not kept & asked_about
 
 
+def test_each_question_is_asked_of_a_collection_without_its_own_paragraph(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:
+    monkeypatch.setattr(datasets, "BENCH_DATA", tmp_path)  # the corpora are written there
+    full = datasets.xquad()
+    title = {row["_id"]: row["title"] for row in map(json.loads, full.corpus.read_text().splitlines())}
+    folds = datasets.xquad_without_gold()
+    assert sorted(q for fold in folds for q in fold.queries) == sorted(full.queries)  # every question, once
+    for fold in folds:
+        kept = {json.loads(line)["_id"] for line in fold.corpus.read_text().splitlines()}
+        asked_about = {paragraph for rel in fold.qrels.values() for paragraph in rel}
+        assert kept and asked_about and not kept & asked_about
+        # The article stays: each question's article keeps its other paragraphs in the collection.
+        assert {title[p] for p in asked_about} <= {title[p] for p in kept}
+
+
 def test_transfer_settings_are_summarised_by_what_is_right_in_each() -> None:
     from benchmarks.answers_transfer import summarise, web_style
 
