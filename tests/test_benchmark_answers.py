@@ -59,32 +59,24 @@ def test_outcome_files_are_compared_on_the_questions_both_hold() -> None:
                                                    "mcnemar_p": 1.0}
 
 
-def test_each_question_is_asked_of_a_collection_without_its_article(monkeypatch: pytest.MonkeyPatch,
-                                                                  tmp_path: Path) -> None:
+@pytest.mark.parametrize(("without", "removed_unit"), [
+    ("xquad_without_article", "title"),  # the question's whole article is missing
+    ("xquad_without_gold", "_id"),       # only its own paragraph is: the article's others stay
+])
+def test_each_question_is_asked_of_a_collection_without_what_answers_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, without: str, removed_unit: str) -> None:
     monkeypatch.setattr(datasets, "BENCH_DATA", tmp_path)  # the corpora are written there
     full = datasets.xquad()
-    title = {row["_id"]: row["title"] for row in map(json.loads, full.corpus.read_text().splitlines())}
-    folds = datasets.xquad_without_article()
-    assert sorted(q for fold in folds for q in fold.queries) == sorted(full.queries)  # every question, once
-    for fold in folds:
-        kept = {json.loads(line)["title"] for line in fold.corpus.read_text().splitlines()}
-        asked_about = {title[paragraph] for rel in fold.qrels.values() for paragraph in rel}
-        assert kept and asked_about and not kept & asked_about
-
-
-def test_each_question_is_asked_of_a_collection_without_its_own_paragraph(monkeypatch: pytest.MonkeyPatch,
-                                                                          tmp_path: Path) -> None:
-    monkeypatch.setattr(datasets, "BENCH_DATA", tmp_path)  # the corpora are written there
-    full = datasets.xquad()
-    title = {row["_id"]: row["title"] for row in map(json.loads, full.corpus.read_text().splitlines())}
-    folds = datasets.xquad_without_gold()
+    rows = {row["_id"]: row for row in map(json.loads, full.corpus.read_text().splitlines())}
+    folds = getattr(datasets, without)()
     assert sorted(q for fold in folds for q in fold.queries) == sorted(full.queries)  # every question, once
     for fold in folds:
         kept = {json.loads(line)["_id"] for line in fold.corpus.read_text().splitlines()}
         asked_about = {paragraph for rel in fold.qrels.values() for paragraph in rel}
-        assert kept and asked_about and not kept & asked_about
-        # The article stays: each question's article keeps its other paragraphs in the collection.
-        assert {title[p] for p in asked_about} <= {title[p] for p in kept}
+        units_kept = {rows[p][removed_unit] for p in kept}
+        assert kept and asked_about and not units_kept & {rows[p][removed_unit] for p in asked_about}
+        if removed_unit == "_id":
+            assert {rows[p]["title"] for p in asked_about} <= {rows[p]["title"] for p in kept}
 
 
 def test_transfer_settings_are_summarised_by_what_is_right_in_each() -> None:
