@@ -163,24 +163,23 @@ def aligned(selections: list, data_dir: Path) -> list:
     return out
 
 
-def read(selections: list, examples: list[dict]) -> list:
+def read(selections: list, examples: list[dict], reader: OnnxSpanReader) -> list:
     """The selections with the span reader's reading of their best passage, as the generator reads
     at run time (the shipped graph; about 6 ms each; not a question in parts)."""
-    reader, out = OnnxSpanReader(), []
+    out = []
     for s, e in zip(selections, examples, strict=True):
         found = reader_input(s, e["sub_questions"]) if s is not None else None
         out.append(s if found is None else with_reading(s, reader.read(*found)))
     return out
 
 
-def reread(selections: list, examples: list[dict]) -> list:
+def reread(selections: list, reader: OnnxSpanReader) -> list:
     """The selections with the reader's best gap over their best sentence and runners-up, as a
     second look reads them at run time (here for every example, as the alignment is)."""
-    generator = ExtractiveGenerator(abstain_below=0.0, reader=OnnxSpanReader())
+    generator = ExtractiveGenerator(abstain_below=0.0, reader=reader)
 
     async def gaps() -> list[float | None]:  # one event loop for all, one read at a time as at run time
-        return [None if s is None else await generator.best_gap(s, e["sub_questions"])
-                for s, e in zip(selections, examples, strict=True)]
+        return [None if s is None else await generator.best_gap(s) for s in selections]
 
     return [s if s is None else replace(s, evidence=replace(s.evidence, reader_gap_top=gap))
             for s, gap in zip(selections, asyncio.run(gaps()), strict=True)]
@@ -192,9 +191,10 @@ def featurise(examples: list[dict], data_dir: Path) -> tuple[np.ndarray, np.ndar
     generator = ExtractiveGenerator(abstain_below=0.0)
     x, y = [], []
     contexts = [[Candidate.model_validate(c) for c in e["context"]] for e in examples]
+    reader = OnnxSpanReader()  # one graph loaded for both reads
     selections = reread(read(aligned([generator.select(e["question"], e["sub_questions"], context)
-                                      for e, context in zip(examples, contexts, strict=True)], data_dir), examples),
-                        examples)
+                                      for e, context in zip(examples, contexts, strict=True)], data_dir), examples,
+                             reader), reader)
     for e, context, selection in zip(examples, contexts, selections, strict=True):
         if selection is None:  # nothing retrieved: no evidence (and no alignment) at all
             row = [0.0] * len(FEATURES) + [np.nan] * (len(ALIGNED_FEATURES) - len(FEATURES))

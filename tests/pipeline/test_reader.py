@@ -208,7 +208,7 @@ async def test_a_second_look_reads_the_runners_up_and_keeps_their_best_gap(local
     runner_up = reader.read(question, selection.runners_up[0], len(selection.runners_up[0]))
     assert runner_up.text == "1921" and runner_up.gap > 0 > selection.evidence.reader_gap
     gaps = [reader.read(question, s, len(s)).gap for s in (selection.evidence.best_sentence, *selection.runners_up)]
-    assert await generator.best_gap(selection, []) == max(gaps) == runner_up.gap
+    assert await generator.best_gap(selection) == max(gaps) == runner_up.gap
     assert selection.evidence.reader_gap_top is None  # the first look does not read them
 
     at_first = assess(selection.evidence).probability
@@ -252,7 +252,7 @@ async def test_a_second_look_without_the_alignment_or_a_runner_up_read_falls_bac
 
     shy = ExtractiveGenerator(reader=BestSentenceOnly())
     selection = generator._read(generator.select(question, [], context), [])
-    assert await shy.best_gap(selection, []) == selection.evidence.reader_gap  # the runner-up left out
+    assert await shy.best_gap(selection) == selection.evidence.reader_gap  # the runner-up left out
     assert shy._reader is not None  # one input it could not read does not turn it off
 
 

@@ -141,7 +141,7 @@ class ExtractiveGenerator:
         if self._token_encoder is not None and undecided(assessment.probability, parameters.abstain_below):
             # The encoder call and the read overlap: each alone leaves part of the two cores idle.
             evidence, gap_top = await asyncio.gather(self.aligned(selection.evidence),
-                                                     self.best_gap(selection, sub_questions))
+                                                     self.best_gap(selection))
             # The aligned models were trained with the alignment on every example: without it (the
             # encoder failed) the default models decide, as they do from then on.
             if evidence.alignment is not None:
@@ -149,12 +149,13 @@ class ExtractiveGenerator:
                 assessment = assess(selection.evidence)
         return selection, assessment
 
-    async def best_gap(self, selection: Selection, sub_questions: Sequence[str]) -> float | None:
+    async def best_gap(self, selection: Selection) -> float | None:
         """The reader's best gap over the selection's best sentence and its runners-up (each read
         alone, as the best sentence is, so it reads the same wherever it ranks; one that cannot be
-        read is left out); None when the reader did not read the best sentence."""
+        read is left out); None when the reader did not read the best sentence (``assessed`` reads it
+        only where ``reader_input`` lets it, so the runners-up are read under the same rule)."""
         reader, best = self._reader, selection.evidence.reader_gap
-        if reader is None or best is None or reader_input(selection, sub_questions) is None:
+        if reader is None or best is None:
             return None
         gaps = [best]
         for sentence in selection.runners_up:
