@@ -14,7 +14,9 @@ not in this repository; this is the nearest evidence that is):
   collection (answering is right; an answer is right when its first citation is the paragraph),
   against the collection without their own paragraph (``xquad-minus-k``: the article's four other
   paragraphs stay, as for the issue's abstention goal; abstaining is right) and against the
-  collection without their article (``xquad-minus-articles-g``; abstaining is right).
+  collection without their article (``xquad-minus-articles-g``; abstaining is right);
+- the same questions as keywords (``keyword_style``: "points panthers defense surrender"), against
+  the full collection and against the collection without their own paragraph.
 
 For each setting: the share of each outcome, hit@1 among the answers, their mean confidence and
 the expected calibration error (10 equal-width bins) where an answer can be right. Ends with one
@@ -28,6 +30,7 @@ import asyncio
 import collections
 import json
 import platform
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +49,9 @@ from benchmarks.datasets import (
     xquad_without_gold,
 )
 from rag_service.domain import QueryRequest
+from rag_service.text.terms import STOP_WORDS
+
+_WORD = re.compile(r"[a-z0-9](?:[a-z0-9'-]*[a-z0-9])?")
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,13 @@ class Ask:
 def web_style(question: str) -> str:
     """A question as typed into a search box: lower case, without the question mark."""
     return question.strip().rstrip("?").strip().lower()
+
+
+def keyword_style(question: str) -> str:
+    """A question as keywords typed into a search box: its words in lower case and in order, without
+    the question words, auxiliaries and other stop words ("How many points did the Panthers defense
+    surrender?" -> "points panthers defense surrender")."""
+    return " ".join(w for w in _WORD.findall(question.lower()) if w not in STOP_WORDS)
 
 
 async def ask_all(data_dir: Path, asks: list[Ask]) -> list[dict]:
@@ -120,6 +133,10 @@ def main() -> None:
             Ask(web_style(r["question"]), paragraph_removed[r["id"]], frozenset()) for r in rows]),
         "xquad_web_style_article_removed": (args.xquad_dir, False, [
             Ask(web_style(r["question"]), article_removed[r["id"]], frozenset()) for r in rows]),
+        "xquad_keywords_full": (args.xquad_dir, True, [
+            Ask(keyword_style(r["question"]), full.collection, frozenset(full.qrels[r["id"]])) for r in rows]),
+        "xquad_keywords_paragraph_removed": (args.xquad_dir, False, [
+            Ask(keyword_style(r["question"]), paragraph_removed[r["id"]], frozenset()) for r in rows]),
     }
     figures = {}
     for name, (data_dir, answerable, asks) in settings.items():

@@ -80,9 +80,11 @@ def test_each_question_is_asked_of_a_collection_without_what_answers_it(
 
 
 def test_transfer_settings_are_summarised_by_what_is_right_in_each() -> None:
-    from benchmarks.answers_transfer import summarise, web_style
+    from benchmarks.answers_transfer import keyword_style, summarise, web_style
 
     assert web_style("  Who won the 2022 FIFA World Cup? ") == "who won the 2022 fifa world cup"
+    assert keyword_style("How many points did the Panthers' defense give up in 2015?") == \
+        "points panthers defense give up 2015"
     results = ([{"outcome": "answered", "right": True, "confidence": 0.9}] * 6
                + [{"outcome": "answered", "right": False, "confidence": 0.9}] * 2
                + [{"outcome": "no_answer", "right": False, "confidence": 0.05}] * 2)

@@ -43,7 +43,7 @@ from rag_service.providers.reader import (
     read_tokens,
     reading_window,
 )
-from rag_service.text.questions import is_question
+from rag_service.text.questions import is_question, is_statement
 from rag_service.text.terms import term_spans, terms
 
 PANTHERS = ("The Panthers defense gave up just 308 points, ranking sixth in the league. Pro Bowl defensive tackle "
@@ -304,15 +304,60 @@ def test_what_is_asked_as_a_question(text: str, asked: bool) -> None:
     assert is_question(text) is asked
 
 
+@pytest.mark.parametrize("text, stated", [
+    ("A20 can act as a tumor suppressor.", True),
+    ("Kawann Short led the Panthers in sacks!", True),
+    ('The committee called it "a treaty."', True),  # the full stop inside closing quotes
+    ("Statins reduce mortality (in patients with heart failure.)", True),
+    ("Who led the team in sacks?", False),
+    ("Name a player who led the team in sacks.", False),  # asked, full stop or not
+    ("warsaw population", False),  # keywords
+    ("Genes which control growth", False),
+    ("error E-4012", False),
+])
+def test_what_is_stated_as_a_sentence(text: str, stated: bool) -> None:
+    assert is_statement(text) is stated
+
+
 def test_a_statement_is_not_read() -> None:
-    """The reader was trained on questions: a claim or keywords would read as "no answer" however
-    well the passage supports them, so they are not read, and the models read its gap as unknown."""
+    """The reader was trained on questions: a claim would read as "no answer" however well the
+    passage supports it, so it is not read, and the models read its gap as unknown."""
     generator = ExtractiveGenerator(reader=default_reader())
     context = [candidate(PANTHERS, "panthers")]
     claim = "Kawann Short led the Panthers in sacks."
     assert reader_input(generator.select(claim, [], context), []) is None
     answer = generator.extract(claim, [], context)
     assert "reader_gap" not in answer.answerability and answer.short_answer is None
+
+
+class FixedSpanReader:
+    """Reads SPAN wherever the passage holds it, sure of it: what the generator does with a span."""
+
+    SPAN = "just 308 points, ranking sixth"
+
+    def read(self, question: str, passage: str, within: int | None = None) -> SpanReading:
+        at = passage.find(self.SPAN)
+        if at < 0:
+            return NOTHING_READ
+        return SpanReading(text=self.SPAN, start=at, end=at + len(self.SPAN), gap=8.0, probability=0.99)
+
+    async def read_async(self, question: str, passage: str, within: int | None = None) -> SpanReading:
+        return self.read(question, passage, within)
+
+
+async def test_keywords_are_read_for_the_gap_but_the_span_is_no_short_answer() -> None:
+    """Keywords ask for a fact as a question does, so the reader reads them and the models see its
+    gap; but without a question's wording its span is not the short answer."""
+    context = [candidate(PANTHERS, "panthers")]
+    keywords = "panthers defense points given up"
+    selection = ExtractiveGenerator(reader=default_reader()).select(keywords, [], context)
+    assert reader_input(selection, []) == (keywords, selection.evidence.best_sentence,
+                                           len(selection.evidence.best_sentence))
+    generator = ExtractiveGenerator(reader=FixedSpanReader())
+    typed = await generator.generate(keywords, [], context)
+    asked = await generator.generate("How many points did the Panthers defense give up?", [], context)
+    assert typed.answerability["reader_gap"] == asked.answerability["reader_gap"] == 8.0
+    assert asked.short_answer == FixedSpanReader.SPAN and typed.short_answer != FixedSpanReader.SPAN
 
 
 @pytest.mark.parametrize("gap, read", [(NOTHING_READ.gap, -READER_GAP_LIMIT), (40.0, READER_GAP_LIMIT), (3.5, 3.5),

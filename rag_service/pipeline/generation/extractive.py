@@ -40,12 +40,22 @@ from rag_service.providers.embeddings import TokenEncoder
 from rag_service.providers.reader import ReaderUnavailableError, SpanReader
 from rag_service.providers.syntax import SyntaxParser
 from rag_service.text.citations import verify_claims
+from rag_service.text.questions import is_question
 
 MAX_SENTENCES = 3
 SUPPORT_RATIO = 0.6
 PROMPT_NAME = "answer_extractive"
 
 log = logging.getLogger(__name__)
+
+
+def reader_answers(selection: Selection) -> bool:
+    """Whether the reader's span gives the short answer: it read the best sentence, and what was
+    asked is a question. Keywords are read for the reader's gap, but its span is no short answer to
+    them: without a question's wording it cannot tell which fact is wanted ("steam engine inventor"
+    gave Charles Porter, whom the sentence calls a high-speed engine's inventor), and its threshold
+    was chosen on questions."""
+    return selection.reading is not None and is_question(selection.evidence.question)
 
 NOTHING_FOUND = "I could not find anything about this in the documents."
 NOT_IN_DOCUMENTS = ("The documents in this collection do not appear to answer this question. The closest passages "
@@ -206,9 +216,9 @@ class ExtractiveGenerator:
 
     def _wants_parse(self, selection: Selection | None, assessment: Assessment | None,
                      parameters: ExtractiveParameters) -> bool:
-        """Whether to parse for the short answer: a parser is at hand, the reader has not read the
-        passage (its span is the short answer then), and the answer will be given."""
-        return (self._parser is not None and selection is not None and selection.reading is None
+        """Whether to parse for the short answer: a parser is at hand, the reader's span is not the
+        short answer (``reader_answers``), and the answer will be given."""
+        return (self._parser is not None and selection is not None and not reader_answers(selection)
                 and assessment is not None and assessment.probability >= parameters.abstain_below)
 
     def _parse(self, question: str, sentence: str) -> ShortAnswerParse | None:
@@ -293,7 +303,7 @@ class ExtractiveGenerator:
             ))
         # Citation order follows the answer: the first citation is the first context cited.
         claims = verify_claims(answer, [c.hit.text for c in context], cited={c.n for c in citations})
-        short = (reader_short_answer(question, selection.reading) if selection.reading is not None
+        short = (reader_short_answer(question, selection.reading) if reader_answers(selection)
                  else short_answer(question, selection.best, assessment.probability, parsed=parsed))
         return GeneratedAnswer(answer=answer, short_answer=short, citations=citations, claims=claims,
                                confidence=round(assessment.confidence, 3), generator="extractive",
