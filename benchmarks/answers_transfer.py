@@ -68,9 +68,10 @@ def web_style(question: str) -> str:
 
 def keyword_style(question: str) -> str:
     """A question as keywords typed into a search box: its words in lower case and in order, without
-    the question words, auxiliaries and other stop words ("How many points did the Panthers defense
-    surrender?" -> "points panthers defense surrender")."""
-    return " ".join(w for w in _WORD.findall(question.lower()) if w not in STOP_WORDS)
+    the question words, auxiliaries and other stop words, and without "name" ("Name the ..." asks as
+    "what is" does) ("How many points did the Panthers defense surrender?" -> "points panthers
+    defense surrender")."""
+    return " ".join(w for w in _WORD.findall(question.lower()) if w not in STOP_WORDS and w != "name")
 
 
 async def ask_all(data_dir: Path, asks: list[Ask]) -> list[dict]:

@@ -291,9 +291,9 @@ def dev_readings(articles: list[dict], questions: int, graph: Path | None) -> li
 
     from benchmarks.answers import normalize
     from rag_service.domain import Candidate, SearchHit
-    from rag_service.pipeline.generation.extractive import ExtractiveGenerator, reader_answers
+    from rag_service.pipeline.generation.extractive import ExtractiveGenerator
     from rag_service.pipeline.generation.read_answers import reader_short_answer
-    from rag_service.pipeline.generation.selection import reader_input, with_reading
+    from rag_service.pipeline.generation.selection import reader_answers, reader_input, with_reading
     from rag_service.providers.reader import OnnxSpanReader
 
     def candidate(title: str, k: int, text: str) -> Candidate:
@@ -315,11 +315,9 @@ def dev_readings(articles: list[dict], questions: int, graph: Path | None) -> li
         selection = generator.select(question, [], context)
         assert selection is not None  # SQuAD's paragraphs are never empty
         found = reader_input(selection, [])
-        if found is None:  # not read: the service gives no reader span either
-            out.append((0.0, False, False))
-            continue
-        reading = reader.read(*found)
-        if not reader_answers(with_reading(selection, reading)):  # read for its gap only (keywords)
+        reading = None if found is None else reader.read(*found)
+        # Not read, or read for its gap only (keywords): the service gives no reader span either.
+        if reading is None or not reader_answers(with_reading(selection, reading)):
             out.append((0.0, False, False))
             continue
         span = reader_short_answer(question, reading, threshold=0.0)

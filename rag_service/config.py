@@ -171,7 +171,8 @@ class Settings(BaseSettings):
         description="The span reader (all-MiniLM-L6-v2 fine-tuned on SQuAD's train split, an int8 graph shipped "
                     "in the package) reads the best sentence: the answerability model reads how far its "
                     "best span stands above 'no answer', and its span is the short answer when it is sure enough. "
-                    "Questions only (not a statement, keywords or a question in parts). About 5 ms of CPU per "
+                    "Not a statement or a question in parts; keywords are read for its gap, its span being the short "
+                    "answer to questions only. About 5 ms of CPU per "
                     "answer: on XQuAD short answers for 53% of questions at exact match 0.615 and abstention without "
                     "the paragraph 0.779, for /v1/query p95 5-9 ms above it off side by side. Off: the answerability "
                     "models read its feature as unknown (its training mean; they were trained for it on and then "
@@ -179,7 +180,8 @@ class Settings(BaseSettings):
     )
     answer_short_answer_parse: Literal["off", "entities", "full"] = Field(
         default="off",
-        description="Where the span reader does not read (answer_reader off, a question in parts, a statement): "
+        description="Where the span reader's span is not the short answer (answer_reader off, a question in "
+                    "parts, a statement, keywords): "
                     "what short answers read of the best sentence beyond its words (spaCy's small English "
                     "pipeline, the extra rag-service[parse]; figures measured before the reader): 'entities', its "
                     "named entities (over HTTP on "

@@ -34,7 +34,6 @@ _KINDS: tuple[tuple[re.Pattern[str], AnswerKind], ...] = (
 # A reason or a manner is a clause, not a span: "why ...?", "how did ...?" (not "how many").
 _CLAUSE_ANSWER = re.compile(r"^\s*(why\b|how (do|does|did|is|are|was|were|can|could|should|would|has|have|had)\b)",
                             re.I)
-_CLOSERS = "\"')]}\u201d\u2019"  # what may close a sentence after its full stop
 _CAPITALISED = re.compile(r"\b[A-Z][A-Za-z0-9'.-]*|\b\d[\d,.]*\b")
 
 
@@ -56,10 +55,14 @@ def is_question(text: str) -> bool:
     return text.rstrip().endswith("?") or bool(_ASKS.search(text))
 
 
+_CLOSERS = "\"')]}\u201d\u2019"  # what may close a sentence after its full stop
+
+
 def is_statement(text: str) -> bool:
     """Whether ``text`` is stated as a sentence: not a question, and ended by a full stop or an
     exclamation mark (inside closing quotes or brackets too). Keywords typed into a search box
-    ("warsaw population") are neither question nor statement."""
+    ("warsaw population") are neither question nor statement, unless they end with an
+    abbreviation's full stop ("washington d.c."), which this cannot tell from a sentence's."""
     return not is_question(text) and text.rstrip().rstrip(_CLOSERS).endswith((".", "!"))
 
 

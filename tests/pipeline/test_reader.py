@@ -353,11 +353,41 @@ async def test_keywords_are_read_for_the_gap_but_the_span_is_no_short_answer() -
     selection = ExtractiveGenerator(reader=default_reader()).select(keywords, [], context)
     assert reader_input(selection, []) == (keywords, selection.evidence.best_sentence,
                                            len(selection.evidence.best_sentence))
-    generator = ExtractiveGenerator(reader=FixedSpanReader())
+    generator = ExtractiveGenerator(abstain_below=0.0, reader=FixedSpanReader())
     typed = await generator.generate(keywords, [], context)
     asked = await generator.generate("How many points did the Panthers defense give up?", [], context)
+    assert typed.answered and asked.answered
     assert typed.answerability["reader_gap"] == asked.answerability["reader_gap"] == 8.0
     assert asked.short_answer == FixedSpanReader.SPAN and typed.short_answer != FixedSpanReader.SPAN
+    synchronous = generator.extract(keywords, [], context)  # the synchronous path reads alike
+    assert synchronous.answerability["reader_gap"] == 8.0 and synchronous.short_answer != FixedSpanReader.SPAN
+
+
+async def test_keywords_read_by_the_reader_are_still_parsed_for_the_short_answer() -> None:
+    """Where the reader's span is not the short answer (keywords), the parse setting still picks it."""
+    from rag_service.providers.syntax import default_parser
+
+    class CountingParser:
+        depth = "entities"
+
+        def __init__(self) -> None:
+            self.parser, self.calls = default_parser(self.depth), 0
+
+        def parse(self, texts):  # noqa: ANN001, ANN202 - SyntaxParser's signature
+            self.calls += 1
+            return self.parser.parse(texts)
+
+        async def parse_async(self, texts):  # noqa: ANN001, ANN202
+            self.calls += 1
+            return await self.parser.parse_async(texts)
+
+    parser = CountingParser()
+    generator = ExtractiveGenerator(abstain_below=0.0, reader=FixedSpanReader(), parser=parser)
+    context = [candidate(PANTHERS, "panthers")]
+    await generator.generate("How many points did the Panthers defense give up?", [], context)
+    assert parser.calls == 0  # the reader's span answers a question: nothing to parse
+    typed = await generator.generate("panthers defense points given up", [], context)
+    assert parser.calls == 1 and typed.answerability["reader_gap"] == 8.0
 
 
 @pytest.mark.parametrize("gap, read", [(NOTHING_READ.gap, -READER_GAP_LIMIT), (40.0, READER_GAP_LIMIT), (3.5, 3.5),

@@ -25,6 +25,7 @@ from rag_service.pipeline.generation.declines import closest_sources, shown
 from rag_service.pipeline.generation.read_answers import reader_short_answer
 from rag_service.pipeline.generation.selection import (
     Selection,
+    reader_answers,
     reader_input,
     select_sentences,
     with_reading,
@@ -40,22 +41,12 @@ from rag_service.providers.embeddings import TokenEncoder
 from rag_service.providers.reader import ReaderUnavailableError, SpanReader
 from rag_service.providers.syntax import SyntaxParser
 from rag_service.text.citations import verify_claims
-from rag_service.text.questions import is_question
 
 MAX_SENTENCES = 3
 SUPPORT_RATIO = 0.6
 PROMPT_NAME = "answer_extractive"
 
 log = logging.getLogger(__name__)
-
-
-def reader_answers(selection: Selection) -> bool:
-    """Whether the reader's span gives the short answer: it read the best sentence, and what was
-    asked is a question. Keywords are read for the reader's gap, but its span is no short answer to
-    them: without a question's wording it cannot tell which fact is wanted ("steam engine inventor"
-    gave Charles Porter, whom the sentence calls a high-speed engine's inventor), and its threshold
-    was chosen on questions."""
-    return selection.reading is not None and is_question(selection.evidence.question)
 
 NOTHING_FOUND = "I could not find anything about this in the documents."
 NOT_IN_DOCUMENTS = ("The documents in this collection do not appear to answer this question. The closest passages "
@@ -97,9 +88,10 @@ class ExtractiveGenerator:
         ``token_encoder``: the local encoder whose token vectors align the question with the best
         passage near the threshold (without one, or once it fails, the default models decide).
         ``parser``: parses the question and the best sentence for the short answer, which the model
-        that reads the parse then picks (without one, the model that does not); not needed with a
-        reader. ``reader``: reads the best sentence for whether it answers and for the
-        short answer (without one, or once it fails, the models that do without it decide)."""
+        that reads the parse then picks (without one, the model that does not); not needed where the
+        reader's span is the short answer (``reader_answers``). ``reader``: reads the best sentence
+        for whether it answers and for the short answer (without one, or once it fails, the models
+        that do without it decide)."""
         self.defaults = ExtractiveParameters(abstain_below=abstain_below)
         self._token_encoder = token_encoder
         self._parser = parser
