@@ -173,7 +173,7 @@ class Settings(BaseSettings):
                     "best span stands above 'no answer', and its span is the short answer when it is sure enough. "
                     "Not a statement or a question in parts; keywords are read for its gap, its span being the short "
                     "answer to questions only. About 5 ms of CPU per "
-                    "answer: on XQuAD short answers for 53% of questions at exact match 0.615 and abstention without "
+                    "answer: on XQuAD short answers for 51% of questions at exact match 0.617 and abstention without "
                     "the paragraph 0.779, for /v1/query p95 5-9 ms above it off side by side. Off: the answerability "
                     "models read its feature as unknown (its training mean; they were trained for it on and then "
                     "answer 0.949), and short answers come from the pattern model (and the parse, if set).",
