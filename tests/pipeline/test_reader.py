@@ -345,9 +345,9 @@ class FixedSpanReader:
         return self.read(question, passage, within)
 
 
-async def test_keywords_are_read_for_the_gap_but_the_span_is_no_short_answer() -> None:
+async def test_keywords_are_read_for_the_gap_but_get_no_short_answer() -> None:
     """Keywords ask for a fact as a question does, so the reader reads them and the models see its
-    gap; but without a question's wording its span is not the short answer."""
+    gap; but without a question's wording no kind of fact is asked for: no short answer."""
     context = [candidate(PANTHERS, "panthers")]
     keywords = "panthers defense points given up"
     selection = ExtractiveGenerator(reader=default_reader()).select(keywords, [], context)
@@ -358,13 +358,14 @@ async def test_keywords_are_read_for_the_gap_but_the_span_is_no_short_answer() -
     asked = await generator.generate("How many points did the Panthers defense give up?", [], context)
     assert typed.answered and asked.answered
     assert typed.answerability["reader_gap"] == asked.answerability["reader_gap"] == 8.0
-    assert asked.short_answer == FixedSpanReader.SPAN and typed.short_answer != FixedSpanReader.SPAN
+    assert asked.short_answer == FixedSpanReader.SPAN and typed.short_answer is None
     synchronous = generator.extract(keywords, [], context)  # the synchronous path reads alike
-    assert synchronous.answerability["reader_gap"] == 8.0 and synchronous.short_answer != FixedSpanReader.SPAN
+    assert synchronous.answerability["reader_gap"] == 8.0 and synchronous.short_answer is None
 
 
-async def test_keywords_read_by_the_reader_are_still_parsed_for_the_short_answer() -> None:
-    """Where the reader's span is not the short answer (keywords), the parse setting still picks it."""
+async def test_only_a_question_without_the_readers_span_is_parsed_for_the_short_answer() -> None:
+    """The parse setting picks the short answer where the reader's span does not give it, and only
+    for a question: keywords and statements get none, so they are not parsed."""
     from rag_service.providers.syntax import default_parser
 
     class CountingParser:
@@ -381,13 +382,20 @@ async def test_keywords_read_by_the_reader_are_still_parsed_for_the_short_answer
             self.calls += 1
             return await self.parser.parse_async(texts)
 
-    parser = CountingParser()
-    generator = ExtractiveGenerator(abstain_below=0.0, reader=FixedSpanReader(), parser=parser)
     context = [candidate(PANTHERS, "panthers")]
-    await generator.generate("How many points did the Panthers defense give up?", [], context)
-    assert parser.calls == 0  # the reader's span answers a question: nothing to parse
-    typed = await generator.generate("panthers defense points given up", [], context)
-    assert parser.calls == 1 and typed.answerability["reader_gap"] == 8.0
+    question, keywords = "How many points did the Panthers defense give up?", "panthers defense points given up"
+    statement = "The Panthers defense gave up 308 points."
+    parser = CountingParser()
+    reading = ExtractiveGenerator(abstain_below=0.0, reader=FixedSpanReader(), parser=parser)
+    for text in (question, keywords, statement):
+        await reading.generate(text, [], context)
+    assert parser.calls == 0  # the reader's span answers the question; nothing else gets one
+    unread = ExtractiveGenerator(abstain_below=0.0, parser=parser)
+    for text in (keywords, statement):
+        assert (await unread.generate(text, [], context)).short_answer is None
+    assert parser.calls == 0
+    await unread.generate(question, [], context)
+    assert parser.calls == 1
 
 
 @pytest.mark.parametrize("gap, read", [(NOTHING_READ.gap, -READER_GAP_LIMIT), (40.0, READER_GAP_LIMIT), (3.5, 3.5),
