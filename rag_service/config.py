@@ -173,15 +173,15 @@ class Settings(BaseSettings):
                     "best span stands above 'no answer', and its span is the short answer when it is sure enough. "
                     "Not a statement or a question in parts; keywords are read for its gap, its span being the short "
                     "answer to questions only. About 5 ms of CPU per "
-                    "answer: on XQuAD short answers for 51% of questions at exact match 0.617 and abstention without "
+                    "answer: on XQuAD short answers for 51% of questions at exact match 0.62 and abstention without "
                     "the paragraph 0.779, for /v1/query p95 5-9 ms above it off side by side. Off: the answerability "
                     "models read its feature as unknown (its training mean; they were trained for it on and then "
                     "answer 0.949), and short answers come from the pattern model (and the parse, if set).",
     )
     answer_short_answer_parse: Literal["off", "entities", "full"] = Field(
         default="off",
-        description="Where the span reader's span is not the short answer (answer_reader off, a question in "
-                    "parts, a statement, keywords): "
+        description="Where the span reader's span is not the short answer to a question (answer_reader off, a "
+                    "question in parts; keywords and statements get none): "
                     "what short answers read of the best sentence beyond its words (spaCy's small English "
                     "pipeline, the extra rag-service[parse]; figures measured before the reader): 'entities', its "
                     "named entities (over HTTP on "
