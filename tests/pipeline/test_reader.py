@@ -363,6 +363,18 @@ async def test_keywords_are_read_for_the_gap_but_get_no_short_answer() -> None:
     assert synchronous.answerability["reader_gap"] == 8.0 and synchronous.short_answer is None
 
 
+@pytest.mark.parametrize("text, short", [
+    ("Where did the Panthers play their home games?", "Charlotte"),
+    ("panthers home games", None),  # keywords: the patterns' span would be "Charlotte"
+    ("The Panthers played their home games in Charlotte.", None),  # a statement
+])
+async def test_only_questions_get_a_short_answer_from_the_patterns(text: str, short: str | None) -> None:
+    """Without the reader the patterns pick the short answer, for a question only: keywords and
+    statements do not say what kind of fact they want."""
+    answer = await ExtractiveGenerator(abstain_below=0.0).generate(text, [], [candidate(PANTHERS, "panthers")])
+    assert answer.answered and answer.short_answer == short
+
+
 async def test_only_a_question_without_the_readers_span_is_parsed_for_the_short_answer() -> None:
     """The parse setting picks the short answer where the reader's span does not give it, and only
     for a question: keywords and statements get none, so they are not parsed."""

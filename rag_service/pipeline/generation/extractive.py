@@ -210,8 +210,8 @@ class ExtractiveGenerator:
     def _wants_parse(self, selection: Selection | None, assessment: Assessment | None,
                      parameters: ExtractiveParameters) -> bool:
         """Whether to parse for the short answer: a parser is at hand, a question was asked (nothing
-        else gets one), the reader's span is not the short answer (``reader_answers``), and the
-        answer will be given."""
+        else gets one: spans.short_answer), the reader's span is not the short answer
+        (``reader_answers``), and the answer will be given."""
         return (self._parser is not None and selection is not None and is_question(selection.evidence.question)
                 and not reader_answers(selection)
                 and assessment is not None and assessment.probability >= parameters.abstain_below)
@@ -298,14 +298,9 @@ class ExtractiveGenerator:
             ))
         # Citation order follows the answer: the first citation is the first context cited.
         claims = verify_claims(answer, [c.hit.text for c in context], cited={c.n for c in citations})
-        if reader_answers(selection):
-            short = reader_short_answer(question, selection.reading)
-        elif is_question(question):
-            short = short_answer(question, selection.best, assessment.probability, parsed=parsed)
-        else:
-            # Keywords and statements ask for no kind of fact, and the patterns' spans for XQuAD's
-            # questions typed as keywords were exactly right 39% of the time: none is given.
-            short = None
+        # Questions only: keywords and statements get no short answer (spans.short_answer).
+        short = (reader_short_answer(question, selection.reading) if reader_answers(selection)
+                 else short_answer(question, selection.best, assessment.probability, parsed=parsed))
         return GeneratedAnswer(answer=answer, short_answer=short, citations=citations, claims=claims,
                                confidence=round(assessment.confidence, 3), generator="extractive",
                                answerability=shown(assessment))

@@ -38,7 +38,7 @@ from rag_service.pipeline.generation.span_syntax import (
 )
 from rag_service.providers.rerankers import LinearModel
 from rag_service.providers.syntax import SyntaxParser
-from rag_service.text.questions import Focus, focus, wants_clause
+from rag_service.text.questions import Focus, focus, is_question, wants_clause
 from rag_service.text.terms import STOP_WORDS, terms
 
 FEATURES = ("kind_match", "kind_mismatch", "open_name", "open_number", "open_date", "open_phrase", "phrase",
@@ -301,7 +301,11 @@ def scored_candidates(question: str, sentence: str, answerable: float = 1.0,
 
 def short_answer(question: str, sentence: str, answerable: float = 1.0, model: ShortAnswerModel | None = None,
                  parsed: ShortAnswerParse | None = None) -> str | None:
-    """The short answer from ``sentence``, or None when no candidate is likely enough."""
+    """The short answer from ``sentence``, or None when no candidate is likely enough, and for what
+    is not asked as a question: keywords and statements do not say what kind of fact they want, and
+    the spans picked for XQuAD's questions typed as keywords were exactly right 39% of the time."""
+    if not is_question(question):
+        return None
     model = model or ShortAnswerModel.for_parse(parsed)
     scored = scored_candidates(question, sentence, answerable, model, parsed)
     if scored and scored[0][1] >= model.threshold:
