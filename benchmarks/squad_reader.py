@@ -293,7 +293,7 @@ def dev_readings(articles: list[dict], questions: int, graph: Path | None) -> li
     from rag_service.domain import Candidate, SearchHit
     from rag_service.pipeline.generation.extractive import ExtractiveGenerator
     from rag_service.pipeline.generation.read_answers import reader_short_answer
-    from rag_service.pipeline.generation.selection import reader_answers, reader_input, with_reading
+    from rag_service.pipeline.generation.selection import reader_input
     from rag_service.providers.reader import OnnxSpanReader
 
     def candidate(title: str, k: int, text: str) -> Candidate:
@@ -315,11 +315,10 @@ def dev_readings(articles: list[dict], questions: int, graph: Path | None) -> li
         selection = generator.select(question, [], context)
         assert selection is not None  # SQuAD's paragraphs are never empty
         found = reader_input(selection, [])
-        reading = None if found is None else reader.read(*found)
-        # Not read, or read for its gap only (keywords): the service gives no reader span either.
-        if reading is None or not reader_answers(with_reading(selection, reading)):
+        if found is None:  # not read (a statement): the service gives no reader span either
             out.append((0.0, False, False))
             continue
+        reading = reader.read(*found)
         span = reader_short_answer(question, reading, threshold=0.0)
         out.append((reading.probability, span is not None,
                     span is not None and normalize(span) in {normalize(x["text"]) for x in qa["answers"]}))

@@ -43,7 +43,6 @@ from rag_service.providers.reader import (
     read_tokens,
     reading_window,
 )
-from rag_service.text.questions import is_question, is_statement
 from rag_service.text.terms import term_spans, terms
 
 PANTHERS = ("The Panthers defense gave up just 308 points, ranking sixth in the league. Pro Bowl defensive tackle "
@@ -284,39 +283,6 @@ def test_a_question_in_parts_is_not_read() -> None:
     assert reader_input(selection, parts) is None and reader_input(selection, [])[0] == " ".join(parts)
     answer = generator.extract(" ".join(parts), parts, context)
     assert answer.answered and "reader_gap" not in answer.answerability
-
-
-@pytest.mark.parametrize("text, asked", [
-    ("Who led the team in sacks?", True),
-    ("how many sacks did the panthers have", True),  # typed into a search box
-    ("in what year was the stadium built", True),
-    ("the castle was named after whom", True),
-    ("is the stadium in charlotte", True),
-    ("Name a player who led the team in sacks.", True),
-    ("A20 can act as a tumor suppressor.", False),  # a claim
-    ("Statins reduce mortality in patients who have heart failure.", False),  # "who" as a relative pronoun
-    ("Patients whose tumours express HER2 respond to trastuzumab.", False),
-    ("Genes which control growth", False),
-    ("error E-4012", False),
-    ("kneading time bread", False),
-])
-def test_what_is_asked_as_a_question(text: str, asked: bool) -> None:
-    assert is_question(text) is asked
-
-
-@pytest.mark.parametrize("text, stated", [
-    ("A20 can act as a tumor suppressor.", True),
-    ("Kawann Short led the Panthers in sacks!", True),
-    ('The committee called it "a treaty."', True),  # the full stop inside closing quotes
-    ("Statins reduce mortality (in patients with heart failure.)", True),
-    ("Who led the team in sacks?", False),
-    ("Name a player who led the team in sacks.", False),  # asked, full stop or not
-    ("warsaw population", False),  # keywords
-    ("Genes which control growth", False),
-    ("error E-4012", False),
-])
-def test_what_is_stated_as_a_sentence(text: str, stated: bool) -> None:
-    assert is_statement(text) is stated
 
 
 def test_a_statement_is_not_read() -> None:

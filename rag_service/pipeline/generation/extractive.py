@@ -25,7 +25,6 @@ from rag_service.pipeline.generation.declines import closest_sources, shown
 from rag_service.pipeline.generation.read_answers import reader_short_answer
 from rag_service.pipeline.generation.selection import (
     Selection,
-    reader_answers,
     reader_input,
     select_sentences,
     with_reading,
@@ -89,10 +88,9 @@ class ExtractiveGenerator:
         ``token_encoder``: the local encoder whose token vectors align the question with the best
         passage near the threshold (without one, or once it fails, the default models decide).
         ``parser``: parses the question and the best sentence for the short answer, which the model
-        that reads the parse then picks (without one, the model that does not); not needed where the
-        reader's span is the short answer (``reader_answers``). ``reader``: reads the best sentence
-        for whether it answers and for the short answer (without one, or once it fails, the models
-        that do without it decide)."""
+        that reads the parse then picks (without one, the model that does not); not needed for what
+        the reader read. ``reader``: reads the best sentence for whether it answers and for the
+        short answer (without one, or once it fails, the models that do without it decide)."""
         self.defaults = ExtractiveParameters(abstain_below=abstain_below)
         self._token_encoder = token_encoder
         self._parser = parser
@@ -210,10 +208,10 @@ class ExtractiveGenerator:
     def _wants_parse(self, selection: Selection | None, assessment: Assessment | None,
                      parameters: ExtractiveParameters) -> bool:
         """Whether to parse for the short answer: a parser is at hand, a question was asked (nothing
-        else gets one: spans.short_answer), the reader's span is not the short answer
-        (``reader_answers``), and the answer will be given."""
-        return (self._parser is not None and selection is not None and is_question(selection.evidence.question)
-                and not reader_answers(selection)
+        else gets one: spans.short_answer), the reader has not read the passage (its span is the
+        short answer then), and the answer will be given."""
+        return (self._parser is not None and selection is not None and selection.reading is None
+                and is_question(selection.evidence.question)
                 and assessment is not None and assessment.probability >= parameters.abstain_below)
 
     def _parse(self, question: str, sentence: str) -> ShortAnswerParse | None:
@@ -298,8 +296,8 @@ class ExtractiveGenerator:
             ))
         # Citation order follows the answer: the first citation is the first context cited.
         claims = verify_claims(answer, [c.hit.text for c in context], cited={c.n for c in citations})
-        # Questions only: keywords and statements get no short answer (spans.short_answer).
-        short = (reader_short_answer(question, selection.reading) if reader_answers(selection)
+        # Either way, keywords and statements get none: short answers are for questions.
+        short = (reader_short_answer(question, selection.reading) if selection.reading is not None
                  else short_answer(question, selection.best, assessment.probability, parsed=parsed))
         return GeneratedAnswer(answer=answer, short_answer=short, citations=citations, claims=claims,
                                confidence=round(assessment.confidence, 3), generator="extractive",

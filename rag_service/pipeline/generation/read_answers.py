@@ -18,7 +18,7 @@ from functools import cache
 from importlib.resources import files
 
 from rag_service.domain import SpanReading
-from rag_service.text.questions import expected_kind, has_new_fact
+from rag_service.text.questions import expected_kind, has_new_fact, is_question
 from rag_service.text.terms import terms
 
 THRESHOLD_FILE = "span_reader.json"
@@ -52,9 +52,14 @@ def is_answer_span(question: str, span: str) -> bool:
 
 
 def reader_short_answer(question: str, reading: SpanReading, threshold: float | None = None) -> str | None:
-    """The reader's span as the short answer, or None (below the threshold, or not an answer span)."""
+    """The reader's span as the short answer, or None: below the threshold, not an answer span, or
+    not asked as a question. Keywords are read for the reader's gap, but its span is no short answer
+    to them: without a question's wording it cannot tell which fact is wanted ("steam engine
+    inventor" gave Charles Porter, whom the sentence calls a high-speed engine's inventor), and its
+    threshold was chosen on questions (spans.short_answer holds the patterns to the same rule)."""
     limit = shipped_threshold().probability if threshold is None else threshold
     span = reading.text.strip(_EDGE_PUNCTUATION)
-    if reading.probability < limit or not span or not is_answer_span(question, span):
+    if (reading.probability < limit or not span or not is_question(question)
+            or not is_answer_span(question, span)):
         return None
     return span

@@ -2,8 +2,7 @@
 share of the question's terms it holds (weights from the retrieved sentences themselves), with a
 small prior for the chunk's rank; the best one per question or part, for a single question up to a
 few more that score nearly as well, and for a second look the runners-up. Also the evidence the
-answerability models read of the selection, what the span reader reads of it, and whether its
-span is the short answer. The extractive
+answerability models read of the selection, and what the span reader reads of it. The extractive
 generator (extractive.py) turns a selection into an answer."""
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from rag_service.domain import Candidate, SpanReading
 from rag_service.pipeline.generation.answerability import Evidence
-from rag_service.text.questions import is_question, is_statement
+from rag_service.text.questions import is_statement
 from rag_service.text.sentences import Sentence, split_sentences
 from rag_service.text.terms import terms
 
@@ -148,15 +147,6 @@ def reader_input(selection: Selection, sub_questions: Sequence[str]) -> tuple[st
         return None
     evidence = selection.evidence
     return evidence.question, evidence.best_sentence, len(evidence.best_sentence)
-
-
-def reader_answers(selection: Selection) -> bool:
-    """Whether the reader's span gives the short answer: it read the best sentence, and what was
-    asked is a question. Keywords are read for the reader's gap, but its span is no short answer to
-    them: without a question's wording it cannot tell which fact is wanted ("steam engine inventor"
-    gave Charles Porter, whom the sentence calls a high-speed engine's inventor), and its threshold
-    was chosen on questions."""
-    return selection.reading is not None and is_question(selection.evidence.question)
 
 
 def with_reading(selection: Selection, reading: SpanReading) -> Selection:
